@@ -1,0 +1,67 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "rollcall",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "rollcall", targets: ["rollcall"]),
+        .library(name: "RollCallClient", targets: ["RollCallClient"]),
+        .library(name: "RollCallBroker", targets: ["RollCallBroker"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
+    ],
+    targets: [
+        // libzmq through pkg-config; only the ZeroMQ target may import it.
+        .systemLibrary(
+            name: "CZeroMQ",
+            pkgConfig: "libzmq",
+            providers: [.apt(["libzmq3-dev"])]
+        ),
+        // The thin, safe wrapper: the only code that calls zmq_*. Knows nothing of presence.
+        .target(name: "ZeroMQ", dependencies: ["CZeroMQ"]),
+        // Pure presence logic: no sockets, no threads, no clock of its own.
+        .target(
+            name: "RollCallCore",
+            dependencies: [.product(name: "HeapModule", package: "swift-collections")]
+        ),
+        // The wire protocol: JSON bodies <-> requests, replies and records.
+        .target(name: "RollCallWire", dependencies: ["RollCallCore"]),
+        // The event loop that owns the ROUTER and XPUB sockets and drives the core.
+        .target(
+            name: "RollCallBroker",
+            dependencies: [
+                "RollCallCore", "RollCallWire", "ZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // The client library the CLI and the tests use.
+        .target(name: "RollCallClient", dependencies: ["RollCallCore", "RollCallWire", "ZeroMQ"]),
+        // Argument parsing and wiring only.
+        .executableTarget(
+            name: "rollcall",
+            dependencies: [
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
+        .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
+        .testTarget(name: "RollCallWireTests", dependencies: ["RollCallWire", "RollCallCore"]),
+        .testTarget(
+            name: "RollCallIntegrationTests",
+            dependencies: [
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ", "rollcall",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

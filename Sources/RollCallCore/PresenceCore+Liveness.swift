@@ -1,0 +1,28 @@
+import HeapModule
+
+/// Liveness: sessions that stop talking for their TTL end.
+extension PresenceCore {
+    /// Ends every session whose TTL has run out by `now` and returns the records to publish.
+    public mutating func tick(now: BrokerTime) -> [PresenceRecord] {
+        var expired: [UserID: [SessionID]] = [:]
+        while let check = expiries.min, check.at <= now {
+            expiries.removeMin()
+            guard let session = sessions[check.session] else { continue }  // ended already
+            if session.expiresAt > now {
+                expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
+            } else {
+                expired[session.user, default: []].append(check.session)
+            }
+        }
+        return expired.keys.sorted().flatMap { user in end(expired[user]!, of: user, now: now, reason: .timeout) }
+    }
+}
+
+extension PresenceCore {
+    /// The checks of ended sessions stay in the heap until they come due. Rebuilds it from the live sessions when
+    /// they outnumber the live ones, so that clients who churn sessions with long TTLs cannot grow it without bound.
+    mutating func compactExpiriesIfStale() {
+        guard expiries.count > 2 * sessions.count + 1_024 else { return }
+        expiries = Heap(sessions.map { ExpiryCheck(at: $0.value.expiresAt, session: $0.key) })
+    }
+}

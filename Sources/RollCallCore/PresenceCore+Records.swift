@@ -1,0 +1,57 @@
+/// Users' records: how sessions add up to one record, and reading them.
+extension PresenceCore {
+    /// The record of `user` as of `now`.
+    public func record(of user: UserID, now: BrokerTime) -> PresenceRecord {
+        guard let state = users[user] else { return .unknown(user) }
+        return PresenceRecord(
+            user: user, status: state.status, text: state.text, since: state.since,
+            lastSeen: state.status.isAvailable ? now : state.lastSeen, sessions: state.sessions.count,
+            seq: state.seq, reason: state.status.isAvailable ? nil : state.reason)
+    }
+
+    /// The records of up to ``Configuration/maxQueryUsers`` users.
+    public func query(_ users: [UserID], now: BrokerTime) -> Result<[PresenceRecord], PresenceError> {
+        guard users.count <= configuration.maxQueryUsers else {
+            return .failure(
+                PresenceError(.limit, "query names \(users.count) users; at most \(configuration.maxQueryUsers)"))
+        }
+        return .success(users.map { record(of: $0, now: now) })
+    }
+
+    /// Recomputes the record of `user` from its sessions. Returns it if it changed (with a new `seq`), or nothing.
+    /// `reason` says why, in case the user stops being available.
+    mutating func refresh(_ user: UserID, now: BrokerTime, reason: OfflineReason) -> [PresenceRecord] {
+        guard var state = users[user] else { return [] }
+        var winner: Session?
+        for id in state.sessions {
+            guard let session = sessions[id] else { continue }
+            if let best = winner,
+                session.status < best.status
+                    || (session.status == best.status && session.statusOrder < best.statusOrder)
+            {
+                continue
+            }
+            winner = session
+        }
+        let status = winner?.status ?? .offline
+        let text = winner?.text
+
+        let statusChanged = status != state.status || text != state.text
+        guard statusChanged || state.sessions.count != state.publishedSessions else { return [] }
+        if statusChanged || state.since == nil { state.since = now }
+        if status.isAvailable || state.status.isAvailable { state.lastSeen = now }
+        if state.status.isAvailable && !status.isAvailable { state.reason = reason }
+        state.status = status
+        state.text = text
+        state.publishedSessions = state.sessions.count
+        state.seq = nextSeq(after: state.seq, now: now)
+        users[user] = state
+        return [record(of: user, now: now)]
+    }
+
+    /// `seq` grows by one per change and never falls behind the broker's clock in microseconds, so it keeps
+    /// growing across restarts even when nothing was persisted.
+    func nextSeq(after seq: UInt64, now: BrokerTime) -> UInt64 {
+        max(seq + 1, UInt64(max(0, now.milliseconds)) * 1_000)
+    }
+}

@@ -1,0 +1,159 @@
+/// The session events: hello, heartbeat, status, bye, and the loss of a connection.
+extension PresenceCore {
+    /// What `hello` asks for.
+    public struct Hello: Sendable, Equatable {
+        public var user: UserID
+        public var device: String?
+        public var status: Status
+        public var text: String?
+        /// The TTL the client asks for; `nil` for the broker's default. It is clamped to the configured bounds.
+        public var ttlMilliseconds: Int64?
+
+        public init(
+            user: UserID, device: String? = nil, status: Status = .online, text: String? = nil,
+            ttlMilliseconds: Int64? = nil
+        ) {
+            self.user = user
+            self.device = device
+            self.status = status
+            self.text = text
+            self.ttlMilliseconds = ttlMilliseconds
+        }
+    }
+
+    /// What `hello` grants.
+    public struct Granted: Sendable, Equatable {
+        public var session: SessionID
+        public var heartbeatMilliseconds: Int64
+        public var ttlMilliseconds: Int64
+    }
+
+    /// Opens session `id` (made unguessable by the caller) for a user.
+    public mutating func hello(
+        _ hello: Hello, session id: SessionID, connection: ConnectionID? = nil, now: BrokerTime
+    ) -> Outcome<Granted> {
+        if let error = validate(text: hello.text) { return Outcome(.failure(error)) }
+        if let device = hello.device, device.utf8.count > configuration.maxDeviceLength {
+            return .failure(.badRequest, "device is longer than \(configuration.maxDeviceLength) bytes")
+        }
+        if let ttl = hello.ttlMilliseconds, ttl <= 0 {
+            return .failure(.badRequest, "ttl_ms must be a positive number of milliseconds")
+        }
+        guard sessions[id] == nil else {
+            return .failure(.badRequest, "session id \(id) is already in use")
+        }
+        guard sessions.count < configuration.maxSessions else {
+            return .failure(.limit, "the broker holds its maximum of \(configuration.maxSessions) sessions")
+        }
+        let held = users[hello.user]?.sessions.count ?? 0
+        guard held < configuration.maxSessionsPerUser else {
+            return .failure(
+                .limit, "user \(hello.user) already holds the maximum of \(configuration.maxSessionsPerUser) sessions")
+        }
+
+        let ttl = min(
+            max(hello.ttlMilliseconds ?? configuration.defaultTTLMilliseconds, configuration.minTTLMilliseconds),
+            configuration.maxTTLMilliseconds)
+        statusChanges += 1
+        sessions[id] = Session(
+            user: hello.user, device: hello.device, status: hello.status, text: normalized(hello.text),
+            statusOrder: statusChanges, ttl: ttl, expiresAt: now + ttl, connection: connection)
+        users[hello.user, default: User()].sessions.append(id)
+        if let connection { connections[connection, default: []].insert(id) }
+        expiries.insert(ExpiryCheck(at: now + ttl, session: id))
+
+        let granted = Granted(
+            session: id, heartbeatMilliseconds: max(1, min(configuration.heartbeatMilliseconds, ttl / 3)),
+            ttlMilliseconds: ttl)
+        return Outcome(.success(granted), updates: refresh(hello.user, now: now, reason: .status))
+    }
+
+    /// Keeps a session alive. Every request that names a live session does the same.
+    public mutating func heartbeat(
+        session id: SessionID, connection: ConnectionID? = nil, now: BrokerTime
+    ) -> Outcome<Void> {
+        guard touch(id, connection: connection, now: now) != nil else { return unknownSession(id) }
+        return Outcome(.success(()))
+    }
+
+    /// Sets a session's status and custom text; both are replaced, so an omitted text clears the line.
+    public mutating func setStatus(
+        session id: SessionID, status: Status, text: String?, connection: ConnectionID? = nil, now: BrokerTime
+    ) -> Outcome<Void> {
+        if let error = validate(text: text) { return Outcome(.failure(error)) }
+        guard let user = touch(id, connection: connection, now: now) else { return unknownSession(id) }
+        let text = normalized(text)
+        var updates: [PresenceRecord] = []
+        if sessions[id]!.status != status || sessions[id]!.text != text {
+            statusChanges += 1
+            sessions[id]!.status = status
+            sessions[id]!.text = text
+            sessions[id]!.statusOrder = statusChanges
+            updates = refresh(user, now: now, reason: .status)
+        }
+        return Outcome(.success(()), updates: updates)
+    }
+
+    /// Ends a session at once (logout).
+    public mutating func bye(session id: SessionID, now: BrokerTime) -> Outcome<Void> {
+        guard let user = sessions[id]?.user else { return unknownSession(id) }
+        return Outcome(.success(()), updates: end([id], of: user, now: now, reason: .bye))
+    }
+
+    /// Ends every session whose latest request came over `connection`. Sessions that have since moved to another
+    /// connection are not touched.
+    public mutating func connectionClosed(_ connection: ConnectionID, now: BrokerTime) -> [PresenceRecord] {
+        guard let ids = connections.removeValue(forKey: connection) else { return [] }
+        var byUser: [UserID: [SessionID]] = [:]
+        for id in ids {
+            guard let session = sessions[id] else { continue }
+            byUser[session.user, default: []].append(id)
+        }
+        return byUser.keys.sorted().flatMap { user in end(byUser[user]!, of: user, now: now, reason: .closed) }
+    }
+
+    // MARK: Helpers
+
+    /// Renews a live session and moves it to `connection`; returns its user, or `nil` if it is not live.
+    mutating func touch(_ id: SessionID, connection: ConnectionID?, now: BrokerTime) -> UserID? {
+        guard var session = sessions[id] else { return nil }
+        session.expiresAt = now + session.ttl
+        if let connection, connection != session.connection {
+            if let old = session.connection { removeFromConnection(old, id) }
+            connections[connection, default: []].insert(id)
+            session.connection = connection
+        }
+        sessions[id] = session
+        return session.user
+    }
+
+    /// Ends `ids`, all sessions of `user`, and returns the record to publish if the user changed.
+    mutating func end(_ ids: [SessionID], of user: UserID, now: BrokerTime, reason: OfflineReason) -> [PresenceRecord] {
+        for id in ids {
+            guard let session = sessions.removeValue(forKey: id) else { continue }
+            if let connection = session.connection { removeFromConnection(connection, id) }
+        }
+        users[user]?.sessions.removeAll { ids.contains($0) }
+        compactExpiriesIfStale()
+        return refresh(user, now: now, reason: reason)
+    }
+
+    private mutating func removeFromConnection(_ connection: ConnectionID, _ id: SessionID) {
+        connections[connection]?.remove(id)
+        if connections[connection]?.isEmpty == true { connections[connection] = nil }
+    }
+
+    private func unknownSession(_ id: SessionID) -> Outcome<Void> {
+        .failure(.unknownSession, "session \(id) is unknown or has ended; say hello again")
+    }
+
+    private func validate(text: String?) -> PresenceError? {
+        guard let text, text.unicodeScalars.count > configuration.maxTextLength else { return nil }
+        return PresenceError(.badRequest, "text is longer than \(configuration.maxTextLength) characters")
+    }
+
+    private func normalized(_ text: String?) -> String? {
+        guard let text, !text.isEmpty else { return nil }
+        return text
+    }
+}

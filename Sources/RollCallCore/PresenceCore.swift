@@ -1,0 +1,101 @@
+import HeapModule
+
+/// The presence state machine: sessions, their liveness, and each user's record.
+///
+/// It is a value with no sockets, threads or clock: every event is a mutating call that is handed the current
+/// ``BrokerTime`` and returns its reply and the records to publish. The event loop asks ``nextDeadline`` when to
+/// wake and then calls ``tick(now:)``.
+public struct PresenceCore: Sendable {
+    /// Limits and timings, with the documented defaults.
+    public struct Configuration: Sendable, Equatable {
+        /// The heartbeat interval the broker asks of clients.
+        public var heartbeatMilliseconds: Int64 = 1_000
+        /// The TTL of a session whose hello names none.
+        public var defaultTTLMilliseconds: Int64 = 3_000
+        /// The bounds a requested TTL is clamped to.
+        public var minTTLMilliseconds: Int64 = 1_000
+        public var maxTTLMilliseconds: Int64 = 3_600_000
+        /// Live sessions one user may hold.
+        public var maxSessionsPerUser = 32
+        /// Live sessions in the whole broker.
+        public var maxSessions = 1_000_000
+        /// The longest custom status line, in Unicode code points.
+        public var maxTextLength = 256
+        /// The longest device name, in bytes.
+        public var maxDeviceLength = 128
+        /// The most users one `query` may name.
+        public var maxQueryUsers = 1_000
+
+        public init() {}
+    }
+
+    struct Session: Sendable {
+        let user: UserID
+        var device: String?
+        var status: Status
+        var text: String?
+        /// When the status last changed, as a core-wide counter: among equal statuses the latest change wins.
+        var statusOrder: UInt64
+        let ttl: Int64
+        var expiresAt: BrokerTime
+        var connection: ConnectionID?
+    }
+
+    struct User: Sendable {
+        var sessions: [SessionID] = []
+        var status: Status = .offline
+        var text: String?
+        var since: BrokerTime?
+        var lastSeen: BrokerTime?
+        var seq: UInt64 = 0
+        var reason: OfflineReason?
+        /// The session count of the last record: a change of it is a change of the record.
+        var publishedSessions = 0
+    }
+
+    /// A session's expiry check. The heap holds at most one per session: a heartbeat only moves
+    /// `Session.expiresAt`, and a check that finds the session renewed puts itself back at the new time.
+    struct ExpiryCheck: Comparable, Sendable {
+        var at: BrokerTime
+        var session: SessionID
+        static func < (lhs: ExpiryCheck, rhs: ExpiryCheck) -> Bool { lhs.at < rhs.at }
+        static func == (lhs: ExpiryCheck, rhs: ExpiryCheck) -> Bool { lhs.at == rhs.at && lhs.session == rhs.session }
+    }
+
+    public let configuration: Configuration
+    var sessions: [SessionID: Session] = [:]
+    var users: [UserID: User] = [:]
+    var connections: [ConnectionID: Set<SessionID>] = [:]
+    var expiries = Heap<ExpiryCheck>()
+    var statusChanges: UInt64 = 0
+
+    public init(configuration: Configuration = Configuration()) {
+        self.configuration = configuration
+    }
+
+    /// The number of live sessions.
+    public var sessionCount: Int { sessions.count }
+
+    /// The number of users available now.
+    public var availableUserCount: Int { users.values.reduce(0) { $0 + ($1.status.isAvailable ? 1 : 0) } }
+
+    /// When ``tick(now:)`` next has work to do, or `nil` when no session is live.
+    public var nextDeadline: BrokerTime? { expiries.min?.at }
+}
+
+/// What an event produced: the reply for the client and the records to publish, in order.
+public struct Outcome<Reply> {
+    public var reply: Result<Reply, PresenceError>
+    public var updates: [PresenceRecord]
+
+    init(_ reply: Result<Reply, PresenceError>, updates: [PresenceRecord] = []) {
+        self.reply = reply
+        self.updates = updates
+    }
+
+    static func failure(_ code: ErrorCode, _ message: String) -> Outcome {
+        Outcome(.failure(PresenceError(code, message)))
+    }
+}
+
+extension Outcome: Sendable where Reply: Sendable {}

@@ -1,0 +1,33 @@
+/// What a session says about its user. `offline` means connected but not available (an app in the background).
+public enum Status: String, Sendable, CaseIterable, Comparable {
+    case online, busy, away, offline
+
+    /// How available the status is; a user's effective status is that of the most available session.
+    public var availability: Int {
+        switch self {
+        case .online: 3
+        case .busy: 2
+        case .away: 1
+        case .offline: 0
+        }
+    }
+
+    /// Whether a user with this status counts as available (anything but `offline`).
+    public var isAvailable: Bool { self != .offline }
+
+    public static func < (lhs: Status, rhs: Status) -> Bool { lhs.availability < rhs.availability }
+}
+
+/// Why a user stopped being available.
+public enum OfflineReason: String, Sendable, CaseIterable {
+    /// The last available session said `bye`.
+    case bye
+    /// The last available session set its status to `offline`.
+    case status
+    /// The connection that carried the last available session closed.
+    case closed
+    /// The last available session stopped heartbeating for its TTL.
+    case timeout
+    /// The broker restarted and the session did not come back in time.
+    case restart
+}

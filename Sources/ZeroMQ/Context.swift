@@ -1,0 +1,30 @@
+import CZeroMQ
+
+/// A ZeroMQ context: the I/O threads behind every socket made from it.
+///
+/// libzmq's contexts are thread-safe, so a context may be shared across threads; its sockets may not.
+public final class Context: @unchecked Sendable {
+    let handle: UnsafeMutableRawPointer
+
+    /// Creates a context with libzmq's defaults (one I/O thread).
+    public init() throws {
+        guard let handle = zmq_ctx_new() else {
+            throw ZMQError(code: zmq_errno(), function: "zmq_ctx_new")
+        }
+        self.handle = handle
+    }
+
+    deinit {
+        // Every socket keeps its context alive, so all of them are closed by now and this cannot block.
+        while zmq_ctx_term(handle) != 0 && zmq_errno() == EINTR {}
+    }
+
+    /// The version of the libzmq the process runs with, such as `4.3.4`.
+    public static var libraryVersion: String {
+        var major: Int32 = 0
+        var minor: Int32 = 0
+        var patch: Int32 = 0
+        zmq_version(&major, &minor, &patch)
+        return "\(major).\(minor).\(patch)"
+    }
+}

@@ -1,0 +1,60 @@
+import CZeroMQ
+
+/// An event from a socket monitor (`zmq_socket_monitor`): a connection accepted, closed, and so on.
+public struct MonitorEvent: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case accepted, disconnected, closed, handshakeSucceeded, other(UInt16)
+    }
+    public var kind: Kind
+    /// The event's value: for connection events, the file descriptor of the connection.
+    public var value: Int32
+    /// The endpoint the event is about.
+    public var endpoint: String
+
+    init?(frames: [Socket.Frame]) {
+        guard frames.count == 2, frames[0].bytes.count == 6 else { return nil }
+        let b = frames[0].bytes
+        let event = UInt16(b[0]) | UInt16(b[1]) << 8
+        let value = UInt32(b[2]) | UInt32(b[3]) << 8 | UInt32(b[4]) << 16 | UInt32(b[5]) << 24
+        switch Int32(event) {
+        case ZMQ_EVENT_ACCEPTED: kind = .accepted
+        case ZMQ_EVENT_DISCONNECTED: kind = .disconnected
+        case ZMQ_EVENT_CLOSED: kind = .closed
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: kind = .handshakeSucceeded
+        default: kind = .other(event)
+        }
+        self.value = Int32(bitPattern: value)
+        self.endpoint = String(decoding: frames[1].bytes, as: UTF8.self)
+    }
+}
+
+extension Socket {
+    /// Which monitor events to report.
+    public struct MonitorEvents: OptionSet, Sendable {
+        public let rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+        public static let accepted = MonitorEvents(rawValue: ZMQ_EVENT_ACCEPTED)
+        public static let disconnected = MonitorEvents(rawValue: ZMQ_EVENT_DISCONNECTED)
+        public static let handshakeSucceeded = MonitorEvents(rawValue: ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+    }
+
+    /// Starts monitoring this socket and returns the PAIR socket that receives its events, for the same thread.
+    /// `name` must be unique in the context.
+    public func monitor(_ events: MonitorEvents, name: String, context: Context) throws -> Socket {
+        let endpoint = "inproc://monitor-\(name)"
+        let handle = open
+        try zmqCheck("zmq_socket_monitor") { zmq_socket_monitor(handle, endpoint, events.rawValue) }
+        let pair = try Socket(context, .pair)
+        try pair.set(.linger(milliseconds: 0))
+        try pair.connect(endpoint)
+        return pair
+    }
+
+    /// Reads one monitor event from a socket returned by ``monitor(_:name:context:)``, or `nil` if none waits.
+    public func receiveMonitorEvent() throws -> MonitorEvent? {
+        while let message = try receiveMessage(maxFrames: 2) {
+            if let event = MonitorEvent(frames: message.frames) { return event }
+        }
+        return nil
+    }
+}

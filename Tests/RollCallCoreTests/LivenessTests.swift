@@ -1,0 +1,99 @@
+import RollCallCore
+import Testing
+
+@Suite("Liveness")
+struct LivenessTests {
+    /// A silent session ends at exactly its TTL: alive one millisecond before, gone at it, reason timeout.
+    @Test func expiresAtExactlyTTL() throws {
+        var h = Harness()
+        _ = h.open("alice")
+        #expect(h.core.nextDeadline == h.now + 3_000)
+        h.clock.advance(2_999)
+        #expect(h.core.tick(now: h.now).isEmpty)
+        #expect(h.record("alice").status == .online)
+        h.clock.advance(1)
+        let record = try #require(h.core.tick(now: h.now).first)
+        #expect(record.status == .offline)
+        #expect(record.reason == .timeout)
+        #expect(record.lastSeen == h.now)
+        #expect(h.core.sessionCount == 0)
+        #expect(h.core.nextDeadline == nil)
+    }
+
+    /// A heartbeat moves the deadline by a full TTL; so does any other request naming the session.
+    @Test func heartbeatsKeepAlive() throws {
+        var h = Harness()
+        let session = h.open("alice")
+        for _ in 0..<10 {
+            h.clock.advance(2_000)
+            #expect(h.core.heartbeat(session: session, now: h.now).reply.error == nil)
+            #expect(h.core.tick(now: h.now).isEmpty)
+        }
+        h.clock.advance(2_000)
+        _ = h.core.setStatus(session: session, status: .busy, text: nil, now: h.now)
+        h.clock.advance(2_999)
+        #expect(h.core.tick(now: h.now).isEmpty)
+        h.clock.advance(1)
+        #expect(h.core.tick(now: h.now).first?.status == .offline)
+    }
+
+    /// One expiring session of two leaves the user available, with one session fewer.
+    @Test func expiryOfOneOfTwoSessions() throws {
+        var h = Harness()
+        _ = h.open("alice", status: .away)
+        h.clock.advance(1_000)
+        let laptop = h.open("alice")
+        h.clock.advance(2_000)
+        _ = h.core.heartbeat(session: laptop, now: h.now)
+        let record = try #require(h.core.tick(now: h.now).first)
+        #expect(record.status == .online)
+        #expect(record.sessions == 1)
+    }
+
+    /// Many sessions expiring together publish one record per user, in user order.
+    @Test func manyExpireInOneTick() {
+        var h = Harness()
+        for user in ["carol", "alice", "bob"] {
+            _ = h.open(user)
+            _ = h.open(user)
+        }
+        h.clock.advance(3_000)
+        let records = h.core.tick(now: h.now)
+        #expect(records.map(\.user.rawValue) == ["alice", "bob", "carol"])
+        #expect(records.allSatisfy { $0.status == .offline && $0.sessions == 0 })
+    }
+
+    /// An ended session's pending check is skipped, and churned sessions do not pile up in the deadlines.
+    @Test func endedSessionsDoNotLinger() {
+        var h = Harness()
+        for _ in 0..<5_000 {
+            let (reply, _) = h.hello("alice", ttl: 3_600_000)
+            _ = h.core.bye(session: try! reply.get().session, now: h.now)
+        }
+        _ = h.open("bob")
+        h.clock.advance(3_000)
+        #expect(h.core.tick(now: h.now).map(\.user.rawValue) == ["bob"])
+    }
+
+    /// Closing a connection ends the sessions that live on it, with reason closed, and no others.
+    @Test func connectionClosedEndsItsSessions() throws {
+        var h = Harness()
+        _ = h.open("alice", connection: 1)
+        _ = h.open("bob", connection: 1)
+        _ = h.open("bob", connection: 2)
+        let records = h.core.connectionClosed(ConnectionID(1), now: h.now)
+        #expect(records.map(\.user.rawValue) == ["alice", "bob"])
+        #expect(records[0].status == .offline && records[0].reason == .closed)
+        #expect(records[1].status == .online && records[1].sessions == 1)
+    }
+
+    /// A session that moved to a newer connection survives the death of its old one (fencing).
+    @Test func sessionFollowsItsNewestConnection() throws {
+        var h = Harness()
+        let session = h.open("alice", connection: 1)
+        _ = h.core.heartbeat(session: session, connection: ConnectionID(2), now: h.now)
+        #expect(h.core.connectionClosed(ConnectionID(1), now: h.now).isEmpty)
+        #expect(h.record("alice").status == .online)
+        #expect(h.core.connectionClosed(ConnectionID(2), now: h.now).first?.status == .offline)
+    }
+}
