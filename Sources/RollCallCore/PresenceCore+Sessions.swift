@@ -26,6 +26,12 @@ extension PresenceCore {
         public var session: SessionID
         public var heartbeatMilliseconds: Int64
         public var ttlMilliseconds: Int64
+
+        public init(session: SessionID, heartbeatMilliseconds: Int64, ttlMilliseconds: Int64) {
+            self.session = session
+            self.heartbeatMilliseconds = heartbeatMilliseconds
+            self.ttlMilliseconds = ttlMilliseconds
+        }
     }
 
     /// Opens session `id` (made unguessable by the caller) for a user.

@@ -1,0 +1,127 @@
+import RollCallCore
+
+/// The client's side of the codec: encoding requests, reading replies and records.
+extension Codec {
+    /// Encodes a request with an optional `id`.
+    public static func encodeRequest(_ request: Request, id: JSON? = nil) -> [UInt8] {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.key("op")
+        writer.string(request.op)
+        if let id {
+            writer.key("id")
+            writer.value(id)
+        }
+        switch request {
+        case .hello(let hello):
+            writer.key("user")
+            writer.string(hello.user.rawValue)
+            if let device = hello.device {
+                writer.key("device")
+                writer.string(device)
+            }
+            writer.key("status")
+            writer.string(hello.status.rawValue)
+            if let text = hello.text {
+                writer.key("text")
+                writer.string(text)
+            }
+            if let ttl = hello.ttlMilliseconds {
+                writer.key("ttl_ms")
+                writer.integer(ttl)
+            }
+        case .heartbeat(let session), .bye(let session):
+            writer.key("session")
+            writer.string(session.rawValue)
+        case .status(let session, let status, let text):
+            writer.key("session")
+            writer.string(session.rawValue)
+            writer.key("status")
+            writer.string(status.rawValue)
+            if let text {
+                writer.key("text")
+                writer.string(text)
+            }
+        case .query(let users):
+            writer.key("users")
+            writer.beginArray()
+            for user in users { writer.string(user.rawValue) }
+            writer.endArray()
+        case .ping:
+            break
+        }
+        writer.endObject()
+        return writer.bytes
+    }
+
+    /// A reply as a client reads it: the echoed id, and the fields or the error.
+    public struct ReplyBody: Sendable, Equatable {
+        public var id: JSON?
+        public var result: Result<[String: JSON], PresenceError>
+    }
+
+    /// A reply or record that does not follow the protocol.
+    public struct MalformedMessage: Error, Equatable, Sendable, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Reads a reply body.
+    public static func decodeReply(_ bytes: [UInt8]) throws -> ReplyBody {
+        guard case .object(let fields) = try JSONParser.parse(bytes), case .bool(let ok)? = fields["ok"] else {
+            throw MalformedMessage(description: "a reply must be an object with a boolean 'ok'")
+        }
+        if ok { return ReplyBody(id: fields["id"], result: .success(fields)) }
+        guard case .object(let error)? = fields["error"], let codeText = error["code"]?.string else {
+            throw MalformedMessage(description: "an error reply must carry error.code")
+        }
+        let code = ErrorCode(rawValue: codeText) ?? .badRequest
+        let message = error["message"]?.string ?? codeText
+        return ReplyBody(id: fields["id"], result: .failure(PresenceError(code, message)))
+    }
+
+    /// Reads the fields of a `hello` reply.
+    public static func decodeGranted(_ fields: [String: JSON]) throws -> PresenceCore.Granted {
+        guard let session = fields["session"]?.string, let heartbeat = fields["heartbeat_ms"]?.integer,
+            let ttl = fields["ttl_ms"]?.integer
+        else { throw MalformedMessage(description: "a hello reply must carry session, heartbeat_ms and ttl_ms") }
+        return PresenceCore.Granted(session: SessionID(session), heartbeatMilliseconds: heartbeat, ttlMilliseconds: ttl)
+    }
+
+    /// Reads the fields of a `ping` reply.
+    public static func decodeBrokerInfo(_ fields: [String: JSON]) throws -> BrokerInfo {
+        guard let broker = fields["broker"]?.string, let version = fields["version"]?.string,
+            let epoch = fields["epoch"]?.string, let time = fields["time"]?.integer
+        else { throw MalformedMessage(description: "a ping reply must carry broker, version, epoch and time") }
+        return BrokerInfo(broker: broker, version: version, epoch: epoch, time: BrokerTime(milliseconds: time))
+    }
+
+    /// Reads the records of a `query` reply, in no particular order.
+    public static func decodeQuery(_ fields: [String: JSON]) throws -> [UserID: PresenceRecord] {
+        guard case .object(let presence)? = fields["presence"] else {
+            throw MalformedMessage(description: "a query reply must carry a 'presence' object")
+        }
+        var records: [UserID: PresenceRecord] = [:]
+        for value in presence.values {
+            let record = try decodeRecord(value)
+            records[record.user] = record
+        }
+        return records
+    }
+
+    /// Reads a presence record, the body of a `presence/<user>/` message.
+    public static func decodeRecord(_ bytes: [UInt8]) throws -> PresenceRecord {
+        try decodeRecord(try JSONParser.parse(bytes))
+    }
+
+    public static func decodeRecord(_ json: JSON) throws -> PresenceRecord {
+        guard case .object(let fields) = json, let userText = fields["user"]?.string,
+            let user = UserID(validating: userText), let statusText = fields["status"]?.string,
+            let status = Status(rawValue: statusText), let sessions = fields["sessions"]?.integer,
+            let seqText = fields["seq"], case .number(let seqLiteral) = seqText, let seq = UInt64(seqLiteral)
+        else { throw MalformedMessage(description: "a record must carry user, status, sessions and seq") }
+        return PresenceRecord(
+            user: user, status: status, text: fields["text"]?.string,
+            since: fields["since"]?.integer.map(BrokerTime.init), lastSeen: fields["last_seen"]?.integer.map(BrokerTime.init),
+            sessions: Int(sessions), seq: seq, reason: fields["reason"]?.string.flatMap(OfflineReason.init))
+    }
+}

@@ -1,0 +1,46 @@
+/// A parsed JSON value. Numbers keep their literal text, so an `id` is echoed exactly as the client wrote it.
+public enum JSON: Equatable, Sendable {
+    case null
+    case bool(Bool)
+    case number(String)
+    case string(String)
+    case array([JSON])
+    case object([String: JSON])
+
+    /// The value as a 64-bit integer, if it is a number literal without fraction or exponent that fits.
+    public var integer: Int64? {
+        guard case .number(let literal) = self else { return nil }
+        return Int64(literal)
+    }
+
+    public var string: String? {
+        if case .string(let value) = self { return value }
+        return nil
+    }
+
+    public var isScalar: Bool {
+        switch self {
+        case .array, .object: false
+        default: true
+        }
+    }
+
+    /// A word for the value's type, for error messages.
+    public var typeName: String {
+        switch self {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .number: "a number"
+        case .string: "a string"
+        case .array: "an array"
+        case .object: "an object"
+        }
+    }
+}
+
+/// Why a body is not acceptable JSON.
+public struct JSONError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var message: String
+    public var offset: Int
+    public var description: String { "\(message) at byte \(offset)" }
+}

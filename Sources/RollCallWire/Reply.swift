@@ -1,0 +1,32 @@
+import RollCallCore
+
+/// A successful answer to a request.
+public enum Reply: Equatable, Sendable {
+    /// `hello`: the session and its timings.
+    case hello(PresenceCore.Granted)
+    /// `heartbeat`, `status`, `bye`: done, nothing more to say.
+    case done
+    /// `query`: the records asked for.
+    case query([PresenceRecord])
+    /// `ping`: who the broker is.
+    case ping(BrokerInfo)
+}
+
+/// The broker's identity, as `ping` answers it.
+public struct BrokerInfo: Equatable, Sendable {
+    /// The broker's configured id (the host name by default).
+    public var broker: String
+    /// The RollCall version.
+    public var version: String
+    /// Changes at every start of the broker: a client that sees it change knows the broker restarted.
+    public var epoch: String
+    /// The broker's clock.
+    public var time: BrokerTime
+
+    public init(broker: String, version: String, epoch: String, time: BrokerTime) {
+        self.broker = broker
+        self.version = version
+        self.epoch = epoch
+        self.time = time
+    }
+}

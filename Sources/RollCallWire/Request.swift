@@ -1,0 +1,47 @@
+import RollCallCore
+
+/// A request on the command endpoint, decoded and validated.
+public enum Request: Equatable, Sendable {
+    case hello(PresenceCore.Hello)
+    case heartbeat(session: SessionID)
+    case status(session: SessionID, status: Status, text: String?)
+    case bye(session: SessionID)
+    case query(users: [UserID])
+    case ping
+
+    /// The `op` that names the request on the wire.
+    public var op: String {
+        switch self {
+        case .hello: "hello"
+        case .heartbeat: "heartbeat"
+        case .status: "status"
+        case .bye: "bye"
+        case .query: "query"
+        case .ping: "ping"
+        }
+    }
+
+    /// The session the request names, if any: naming a live session counts as a heartbeat.
+    public var session: SessionID? {
+        switch self {
+        case .heartbeat(let session), .status(let session, _, _), .bye(let session): session
+        case .hello, .query, .ping: nil
+        }
+    }
+}
+
+/// A request with the client's `id`, which the reply echoes.
+public struct RequestEnvelope: Equatable, Sendable {
+    public var id: JSON?
+    public var request: Request
+    public init(id: JSON?, request: Request) {
+        self.id = id
+        self.request = request
+    }
+}
+
+/// A request that could not be accepted: the error to answer, and the client's `id` if it could be read.
+public struct RequestRejection: Error, Equatable, Sendable {
+    public var id: JSON?
+    public var error: PresenceError
+}

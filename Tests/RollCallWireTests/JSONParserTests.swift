@@ -1,0 +1,54 @@
+import RollCallWire
+import Testing
+
+@Suite("JSON parser")
+struct JSONParserTests {
+    /// Valid documents parse to the expected values; numbers keep their literal text.
+    @Test func parsesValues() throws {
+        let json = try JSONParser.parse(#" {"a": [1, -2.5e3, true, false, null], "b": "x\"\\\/\n\u00e9\ud83d\ude00"} "#)
+        #expect(
+            json
+                == .object([
+                    "a": .array([.number("1"), .number("-2.5e3"), .bool(true), .bool(false), .null]),
+                    "b": .string("x\"\\/\né😀"),
+                ]))
+    }
+
+    /// Malformed documents are errors, never crashes.
+    @Test(arguments: [
+        "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{a:1}", "01", "1.", "-", "1e", "+1", "tru", "nul",
+        "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00x\"", "{\"a\":1}{", "[1 2]", "\"a\u{01}b\"",
+        "{\"a\":1,\"a\":2}", "NaN", "Infinity", "'a'",
+    ])
+    func rejectsMalformed(_ text: String) {
+        #expect(throws: JSONError.self) { try JSONParser.parse(text) }
+    }
+
+    /// Invalid UTF-8 inside a string is rejected.
+    @Test func rejectsInvalidUTF8() {
+        #expect(throws: JSONError.self) { try JSONParser.parse([0x22, 0xC3, 0x28, 0x22]) }
+        #expect(throws: JSONError.self) { try JSONParser.parse([0x22, 0x5C, 0x6E, 0xFF, 0x22]) }
+    }
+
+    /// Nesting is bounded, so a deep document cannot exhaust the stack.
+    @Test func nestingIsBounded() throws {
+        _ = try JSONParser.parse(String(repeating: "[", count: 32) + String(repeating: "]", count: 32))
+        #expect(throws: JSONError.self) {
+            try JSONParser.parse(String(repeating: "[", count: 33) + String(repeating: "]", count: 33))
+        }
+        #expect(throws: JSONError.self) { try JSONParser.parse(String(repeating: "[", count: 100_000)) }
+    }
+
+    /// Writing then parsing gives back the same value, escapes included.
+    @Test(arguments: ["plain", "quote\" back\\slash", "new\nline\ttab\r", "ctl\u{01}\u{1f}", "é 😀 ✓", ""])
+    func writerRoundTrips(_ text: String) throws {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.key(text)
+        writer.string(text)
+        writer.key("n")
+        writer.integer(-42)
+        writer.endObject()
+        #expect(try JSONParser.parse(writer.bytes) == .object([text: .string(text), "n": .number("-42")]))
+    }
+}
