@@ -1,0 +1,99 @@
+import Foundation
+import Logging
+import RollCallCore
+import ServiceLifecycle
+import Synchronization
+import ZeroMQ
+
+/// The RollCall broker as a service: binding happens in `init`, so a bad endpoint fails at start-up with a clear
+/// error; ``run()`` runs the event loop on its own thread until graceful shutdown or cancellation.
+public final class Broker: Service, Sendable {
+    /// The endpoints actually bound (a `*` port resolved).
+    public let commandEndpoint: String
+    public let updateEndpoint: String
+    /// Changes at every start.
+    public let epoch: String
+
+    private let loop: Mutex<EventLoop?>
+    private let waker: Waker
+    private let stopping = Atomic<Bool>(false)
+    private let logger: Logger
+
+    public init(configuration: BrokerConfiguration, logger: Logger) throws {
+        let context = try Context()
+        let router = try Socket(context, .router)
+        try router.set(.linger(milliseconds: 0))
+        try router.set(.maxMessageSize(bytes: configuration.hardFrameLimit))
+        let xpub = try Socket(context, .xpub)
+        try xpub.set(.linger(milliseconds: 0))
+        try xpub.set(.xpubVerbose(true))
+        try xpub.set(.sendHighWaterMark(configuration.updateHighWaterMark))
+        try xpub.set(.maxMessageSize(bytes: configuration.hardFrameLimit))
+        do {
+            try router.bind(configuration.commandEndpoint)
+        } catch {
+            throw BrokerError.cannotBind(endpoint: configuration.commandEndpoint, reason: "\(error)")
+        }
+        do {
+            try xpub.bind(configuration.updateEndpoint)
+        } catch {
+            throw BrokerError.cannotBind(endpoint: configuration.updateEndpoint, reason: "\(error)")
+        }
+        commandEndpoint = try router.lastEndpoint()
+        updateEndpoint = try xpub.lastEndpoint()
+        epoch = Token.random(bits: 64)
+        let (waker, wakeSocket) = try Waker.make(context: context, name: epoch)
+        self.waker = waker
+        self.logger = logger
+        let eventLoop = EventLoop(
+            configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
+            logger: logger)
+        self.loop = Mutex(eventLoop)
+    }
+
+    /// Runs the event loop until graceful shutdown (SIGTERM, SIGINT) or cancellation, then closes the sockets.
+    public func run() async throws {
+        guard let loop = loop.withLock({ $0.take() }) else { throw BrokerError.alreadyRan }
+        let handOff = HandOff(loop)
+        logger.info(
+            "broker started",
+            metadata: ["command": "\(commandEndpoint)", "update": "\(updateEndpoint)", "epoch": "\(epoch)"])
+        try await withGracefulShutdownHandler {
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                    let thread = Thread {
+                        let loop = handOff.take()
+                        continuation.resume(with: Result { try loop.run(stopping: self.stopping) })
+                    }
+                    thread.name = "rollcall-loop"
+                    thread.start()
+                }
+            } onCancel: {
+                self.stop()
+            }
+        } onGracefulShutdown: {
+            self.stop()
+        }
+        waker.close()
+        logger.info("broker stopped")
+    }
+
+    /// Asks the loop to finish its current batch and stop. Safe from any thread.
+    public func stop() {
+        stopping.store(true, ordering: .sequentiallyConsistent)
+        waker.wake()
+    }
+}
+
+/// Why a broker could not start or run.
+public enum BrokerError: Error, CustomStringConvertible {
+    case cannotBind(endpoint: String, reason: String)
+    case alreadyRan
+
+    public var description: String {
+        switch self {
+        case .cannotBind(let endpoint, let reason): "cannot bind \(endpoint): \(reason)"
+        case .alreadyRan: "a broker runs only once"
+        }
+    }
+}

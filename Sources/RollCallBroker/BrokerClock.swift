@@ -1,0 +1,41 @@
+import RollCallCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The broker's clock: wall-clock time read once at start, then advanced by the monotonic clock, so it reads as
+/// milliseconds since the Unix epoch and never goes back while the broker runs, whatever happens to the wall clock.
+struct BrokerClock: Sendable {
+    private let wallAtStart: Int64
+    private let monotonicAtStart: Int64
+
+    init() {
+        wallAtStart = Self.read(CLOCK_REALTIME)
+        monotonicAtStart = Self.read(CLOCK_MONOTONIC)
+    }
+
+    func now() -> BrokerTime {
+        BrokerTime(milliseconds: wallAtStart + (Self.read(CLOCK_MONOTONIC) - monotonicAtStart))
+    }
+
+    private static func read(_ clock: clockid_t) -> Int64 {
+        var spec = timespec()
+        clock_gettime(clock, &spec)
+        return Int64(spec.tv_sec) * 1_000 + Int64(spec.tv_nsec) / 1_000_000
+    }
+}
+
+/// Unguessable tokens for sessions and epochs.
+enum Token {
+    /// `bits` random bits as lowercase hex.
+    static func random(bits: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        var text = ""
+        for _ in 0..<(bits + 63) / 64 {
+            let word = String(generator.next() as UInt64, radix: 16)
+            text += String(repeating: "0", count: 16 - word.count) + word
+        }
+        return String(text.prefix(bits / 4))
+    }
+}

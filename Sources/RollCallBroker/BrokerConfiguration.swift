@@ -1,0 +1,36 @@
+import RollCallCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Everything `rollcall serve` can be told, with the documented defaults.
+public struct BrokerConfiguration: Sendable {
+    /// The ROUTER endpoint clients send requests to.
+    public var commandEndpoint = "tcp://127.0.0.1:7730"
+    /// The XPUB endpoint updates are published on.
+    public var updateEndpoint = "tcp://127.0.0.1:7731"
+    /// Sessions, liveness and limits.
+    public var presence = PresenceCore.Configuration()
+    /// The largest request body processed; larger ones are answered `too_large`.
+    public var maxMessageBytes = 65_536
+    /// Updates queued per subscriber before the broker drops that subscriber's updates (never waits for it).
+    public var updateHighWaterMark: Int32 = 10_000
+    /// The broker's id, as `ping` answers it.
+    public var brokerID = hostName()
+
+    public init() {}
+
+    /// Frames larger than this are refused by libzmq itself, which drops the connection without reading them:
+    /// bad clients cannot make the broker buffer more than this per frame.
+    public var hardFrameLimit: Int64 { Int64(maxMessageBytes) * 4 }
+}
+
+/// The RollCall version.
+public let rollCallVersion = "0.1.0"
+
+func hostName() -> String {
+    var buffer = [CChar](repeating: 0, count: 256)
+    guard gethostname(&buffer, buffer.count) == 0 else { return "rollcall" }
+    return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}

@@ -1,0 +1,88 @@
+import Logging
+import RollCallCore
+import RollCallWire
+import ZeroMQ
+
+extension EventLoop {
+    /// The most frames a request message may have: routing id, a REQ delimiter or a short routing stack, a body.
+    static let maxFrames = 8
+
+    /// Handles the requests waiting on the ROUTER, up to a batch.
+    func handleRequests() throws {
+        for _ in 0..<Self.batch {
+            guard let (frames, truncated) = try router.receiveMessage(maxFrames: Self.maxFrames) else { return }
+            handle(frames, truncated: truncated)
+        }
+    }
+
+    /// Answers one request exactly once, on the envelope it came with.
+    func handle(_ frames: [Socket.Frame], truncated: Bool) {
+        // [routing id][...routing stack...][empty delimiter][body] from REQ; [routing id][body] from DEALER.
+        var bodyStart = 1
+        if let delimiter = frames.dropFirst().firstIndex(where: { $0.bytes.isEmpty }) { bodyStart = delimiter + 1 }
+        let envelope = frames[..<bodyStart].map(\.bytes)
+        let bodies = frames.count - bodyStart
+        let reply: [UInt8]
+        if truncated || bodies != 1 {
+            let count = truncated ? "more than \(Self.maxFrames - bodyStart)" : "\(bodies)"
+            reply = Codec.encodeReply(
+                id: nil, .failure(PresenceError(.badRequest, "a request is one body frame, this message had \(count)")))
+        } else if frames[bodyStart].bytes.count > configuration.maxMessageBytes {
+            reply = Codec.encodeReply(
+                id: nil,
+                .failure(
+                    PresenceError(
+                        .tooLarge,
+                        "request of \(frames[bodyStart].bytes.count) bytes; at most \(configuration.maxMessageBytes)")))
+        } else {
+            reply = respond(to: frames[bodyStart].bytes)
+        }
+        do {
+            // ROUTER drops replies to peers that are gone or not reading; it never blocks.
+            try router.send(message: envelope + [reply])
+        } catch {
+            logger.error("reply failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Decodes a body, runs it through the core, publishes what changed and returns the encoded reply.
+    func respond(to body: [UInt8]) -> [UInt8] {
+        switch Codec.decodeRequest(body, maxQueryUsers: configuration.presence.maxQueryUsers) {
+        case .failure(let rejection):
+            logger.debug("request rejected", metadata: ["code": "\(rejection.error.code.rawValue)"])
+            return Codec.encodeReply(id: rejection.id, .failure(rejection.error))
+        case .success(let envelope):
+            return Codec.encodeReply(id: envelope.id, execute(envelope.request))
+        }
+    }
+
+    func execute(_ request: Request) -> Result<Reply, PresenceError> {
+        let now = clock.now()
+        switch request {
+        case .hello(let hello):
+            let session = SessionID(Token.random(bits: 96))
+            let outcome = core.hello(hello, session: session, now: now)
+            publish(outcome.updates)
+            if case .success = outcome.reply {
+                logger.debug("session opened", metadata: ["user": "\(hello.user)", "session": "\(session)"])
+            }
+            return outcome.reply.map(Reply.hello)
+        case .heartbeat(let session):
+            return core.heartbeat(session: session, now: now).reply.map { .done }
+        case .status(let session, let status, let text):
+            let outcome = core.setStatus(session: session, status: status, text: text, now: now)
+            publish(outcome.updates)
+            return outcome.reply.map { .done }
+        case .bye(let session):
+            let outcome = core.bye(session: session, now: now)
+            publish(outcome.updates)
+            if case .success = outcome.reply { logger.debug("session ended", metadata: ["session": "\(session)"]) }
+            return outcome.reply.map { .done }
+        case .query(let users):
+            return core.query(users, now: now).map(Reply.query)
+        case .ping:
+            return .success(
+                .ping(BrokerInfo(broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now)))
+        }
+    }
+}

@@ -1,0 +1,25 @@
+import Logging
+import RollCallCore
+import RollCallWire
+import ZeroMQ
+
+extension EventLoop {
+    /// Reads subscription changes from the XPUB and sends a new subscriber of `presence/<user>/` that user's record
+    /// at once (last value on subscribe). XPUB_VERBOSE passes every subscription, also a topic's second subscriber.
+    func handleSubscriptions() throws {
+        for _ in 0..<Self.batch {
+            guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1) else { return }
+            guard let first = frames.first?.bytes.first, first == 1 else { continue }  // 0 is an unsubscription
+            let topicBytes = frames[0].bytes.dropFirst()
+            switch Topic(subscription: topicBytes) {
+            case .presence(let user):
+                logger.debug("subscribed", metadata: ["topic": "\(Topic.presence(user).text)"])
+                publish([core.record(of: user, now: clock.now())])
+            case .allPresence:
+                logger.debug("subscribed to every user")
+            case nil:
+                break
+            }
+        }
+    }
+}

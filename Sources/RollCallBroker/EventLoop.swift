@@ -1,0 +1,68 @@
+import Logging
+import RollCallCore
+import RollCallWire
+import Synchronization
+import ZeroMQ
+
+/// The one thread that owns the broker's sockets: it polls them with the core's next deadline as the timeout,
+/// feeds what arrives to the core, and sends what the core returns. It never waits for a client or subscriber:
+/// replies and updates are sent without blocking, and libzmq drops them for peers that are over their high-water
+/// mark.
+final class EventLoop {
+    let configuration: BrokerConfiguration
+    let epoch: String
+    let router: Socket
+    let xpub: Socket
+    let wake: Socket
+    let logger: Logger
+    let clock = BrokerClock()
+    var core: PresenceCore
+
+    /// The most requests handled before the loop looks at subscriptions and deadlines again.
+    static let batch = 512
+
+    init(
+        configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
+        logger: Logger
+    ) {
+        self.configuration = configuration
+        self.epoch = epoch
+        self.router = router
+        self.xpub = xpub
+        self.wake = wake
+        self.logger = logger
+        self.core = PresenceCore(configuration: configuration.presence)
+    }
+
+    func run(stopping: borrowing Atomic<Bool>) throws {
+        defer {
+            router.close()
+            xpub.close()
+            wake.close()
+        }
+        var poller = Poller([router, xpub, wake])
+        while !stopping.load(ordering: .sequentiallyConsistent) {
+            let timeout = core.nextDeadline.map { Int(max(0, $0 - clock.now())) } ?? -1
+            let ready = try poller.poll(timeout: timeout)
+            if ready[2] { try wake.drain() }
+            if ready[0] { try handleRequests() }
+            if ready[1] { try handleSubscriptions() }
+            publish(core.tick(now: clock.now()))
+        }
+        logger.info("event loop stopping", metadata: ["sessions": "\(core.sessionCount)"])
+    }
+
+    /// Sends records to their users' topics.
+    func publish(_ records: [PresenceRecord]) {
+        for record in records {
+            let topic = Topic.presence(record.user).bytes
+            let body = Codec.encodeRecord(record)
+            do {
+                // XPUB never blocks: a subscriber over its high-water mark misses the message, the loop goes on.
+                if try xpub.send(topic, more: true) { try xpub.send(body) }
+            } catch {
+                logger.error("publishing failed", metadata: ["user": "\(record.user)", "error": "\(error)"])
+            }
+        }
+    }
+}

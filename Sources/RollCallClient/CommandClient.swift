@@ -1,0 +1,96 @@
+import RollCallCore
+import RollCallWire
+import ZeroMQ
+
+/// A connection to the broker's command endpoint (a DEALER socket) with one call at a time. Belongs to one thread.
+public final class CommandClient {
+    public let endpoint: String
+    /// How long a call waits for its reply.
+    public var timeoutMilliseconds: Int
+    private let context: Context
+    private let socket: Socket
+    private var nextID: Int64 = 0
+
+    public init(endpoint: String, timeoutMilliseconds: Int = 3_000) throws {
+        self.endpoint = endpoint
+        self.timeoutMilliseconds = timeoutMilliseconds
+        context = try Context()
+        socket = try Socket(context, .dealer)
+        try socket.set(.linger(milliseconds: 0))
+        try socket.connect(endpoint)
+    }
+
+    /// Sends a request and waits for its reply; replies to earlier, abandoned calls are skipped.
+    public func call(_ request: Request) throws -> [String: JSON] {
+        nextID += 1
+        let id = JSON.number(String(nextID))
+        guard try socket.send(Codec.encodeRequest(request, id: id), wait: true) else {
+            throw ClientError.timedOut(op: request.op, milliseconds: 0)
+        }
+        let deadline = Deadline(milliseconds: timeoutMilliseconds)
+        var poller = Poller([socket])
+        while let remaining = deadline.remaining {
+            guard try poller.poll(timeout: remaining)[0] else { continue }
+            while let (frames, _) = try socket.receiveMessage() {
+                guard let body = frames.last?.bytes else { continue }
+                let reply: Codec.ReplyBody
+                do {
+                    reply = try Codec.decodeReply(body)
+                } catch {
+                    throw ClientError.malformed("\(error)")
+                }
+                guard reply.id == id else { continue }
+                switch reply.result {
+                case .success(let fields): return fields
+                case .failure(let error): throw ClientError.rejected(error)
+                }
+            }
+        }
+        throw ClientError.timedOut(op: request.op, milliseconds: timeoutMilliseconds)
+    }
+
+    /// Opens a session.
+    public func hello(_ hello: PresenceCore.Hello) throws -> PresenceCore.Granted {
+        try decoding { try Codec.decodeGranted(try call(.hello(hello))) }
+    }
+
+    public func heartbeat(_ session: SessionID) throws { _ = try call(.heartbeat(session: session)) }
+
+    public func setStatus(_ session: SessionID, _ status: Status, text: String? = nil) throws {
+        _ = try call(.status(session: session, status: status, text: text))
+    }
+
+    public func bye(_ session: SessionID) throws { _ = try call(.bye(session: session)) }
+
+    /// The current records of `users`.
+    public func query(_ users: [UserID]) throws -> [UserID: PresenceRecord] {
+        try decoding { try Codec.decodeQuery(try call(.query(users: users))) }
+    }
+
+    public func ping() throws -> BrokerInfo {
+        try decoding { try Codec.decodeBrokerInfo(try call(.ping)) }
+    }
+
+    private func decoding<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as Codec.MalformedMessage {
+            throw ClientError.malformed(error.description)
+        }
+    }
+}
+
+/// A point in time some milliseconds ahead, on the monotonic clock.
+struct Deadline {
+    let end: ContinuousClock.Instant
+
+    init(milliseconds: Int) { end = .now + .milliseconds(milliseconds) }
+
+    /// Milliseconds left, rounded up, or `nil` once passed.
+    var remaining: Int? {
+        let left = ContinuousClock.now.duration(to: end)
+        guard left > .zero else { return nil }
+        let (seconds, attoseconds) = left.components
+        return Int(seconds) * 1_000 + Int((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+    }
+}

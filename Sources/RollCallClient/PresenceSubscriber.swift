@@ -1,0 +1,40 @@
+import RollCallCore
+import RollCallWire
+import ZeroMQ
+
+/// Follows users' topics on the update endpoint (a SUB socket). Belongs to one thread.
+public final class PresenceSubscriber {
+    public let endpoint: String
+    private let context: Context
+    private let socket: Socket
+
+    public init(endpoint: String) throws {
+        self.endpoint = endpoint
+        context = try Context()
+        socket = try Socket(context, .sub)
+        try socket.set(.linger(milliseconds: 0))
+        try socket.connect(endpoint)
+    }
+
+    /// Follows one user; the broker answers with the user's current record.
+    public func subscribe(_ user: UserID) throws { try socket.set(.subscribe(Topic.presence(user).bytes)) }
+
+    /// Follows every user (no current records are sent for this one: use `query`).
+    public func subscribeAll() throws { try socket.set(.subscribe(Topic.allPresence.bytes)) }
+
+    public func unsubscribe(_ user: UserID) throws { try socket.set(.unsubscribe(Topic.presence(user).bytes)) }
+
+    /// The next record, or `nil` if none arrives within `timeout` milliseconds. Messages that are not records
+    /// (of other topics, or malformed) are skipped.
+    public func next(timeout milliseconds: Int) throws -> PresenceRecord? {
+        let deadline = Deadline(milliseconds: milliseconds)
+        var poller = Poller([socket])
+        while true {
+            while let (frames, _) = try socket.receiveMessage() {
+                guard frames.count == 2, let record = try? Codec.decodeRecord(frames[1].bytes) else { continue }
+                return record
+            }
+            guard let remaining = deadline.remaining, try poller.poll(timeout: remaining)[0] else { return nil }
+        }
+    }
+}

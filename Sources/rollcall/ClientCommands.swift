@@ -1,0 +1,114 @@
+import ArgumentParser
+import Foundation
+import RollCallClient
+import RollCallCore
+import RollCallWire
+
+/// Parses user ids from the command line, with the protocol's rules.
+func userIDs(_ texts: [String]) throws -> [UserID] {
+    try texts.map { text in
+        guard let user = UserID(validating: text) else {
+            throw ValidationError("invalid user id '\(text)': 1 to 128 bytes of A-Z a-z 0-9 . _ @ + -")
+        }
+        return user
+    }
+}
+
+extension Status: ExpressibleByArgument {}
+
+struct Watch: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print every update of USERs (or of everyone with --all) as one JSON line, until interrupted.")
+
+    @OptionGroup var endpoints: Endpoints
+    @Flag(help: "Follow every user (no current state is printed for them first).") var all = false
+    @Argument(help: "The users to follow.") var users: [String] = []
+
+    func validate() throws {
+        guard all || !users.isEmpty else { throw ValidationError("name at least one USER, or --all") }
+    }
+
+    func run() async throws {
+        let users = try userIDs(self.users)
+        let endpoint = try endpoints.update()
+        let all = self.all
+        do {
+            try await runUntilSignalled { stop in
+                let subscriber = try PresenceSubscriber(endpoint: endpoint)
+                if all { try subscriber.subscribeAll() }
+                for user in users { try subscriber.subscribe(user) }
+                while !stop.isSet {
+                    guard let record = try subscriber.next(timeout: 200) else { continue }
+                    emit(String(decoding: Codec.encodeRecord(record), as: UTF8.self))
+                }
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+struct Online: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Hold a session open for USER, heartbeating, until interrupted; then say bye.")
+
+    @OptionGroup var endpoints: Endpoints
+    @Option(help: "online, away, busy or offline.") var status: Status = .online
+    @Option(help: "A custom status line, up to 256 characters.") var text: String?
+    @Option(help: "A device name for the session.") var device: String?
+    @Option(help: "The session TTL to ask for, ms (the broker's default if omitted).") var ttlMs: Int64?
+    @Argument(help: "The user to be.") var user: String
+
+    func run() async throws {
+        let user = try userIDs([self.user])[0]
+        let hello = PresenceCore.Hello(user: user, device: device, status: status, text: text, ttlMilliseconds: ttlMs)
+        let endpoint = try endpoints.command()
+        do {
+            try await runUntilSignalled { stop in
+                let session = try PresenceSession(endpoint: endpoint, hello: hello)
+                emit(
+                    "\(user) is \(hello.status) (session \(session.granted.session), heartbeat "
+                        + "\(session.granted.heartbeatMilliseconds) ms, ttl \(session.granted.ttlMilliseconds) ms)")
+                while !stop.isSet { Thread.sleep(forTimeInterval: 0.1) }
+                session.close()
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+struct Query: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the current record of each USER as a JSON line.")
+
+    @OptionGroup var endpoints: Endpoints
+    @Argument(help: "The users to read (at most 1000).") var users: [String]
+
+    func run() async throws {
+        let users = try userIDs(self.users)
+        do {
+            let records = try CommandClient(endpoint: try endpoints.command()).query(users)
+            for user in users {
+                guard let record = records[user] else { continue }
+                emit(String(decoding: Codec.encodeRecord(record), as: UTF8.self))
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+struct Ping: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Ask the broker who it is; exit non-zero if it does not answer.")
+
+    @OptionGroup var endpoints: Endpoints
+
+    func run() async throws {
+        do {
+            let info = try CommandClient(endpoint: try endpoints.command(), timeoutMilliseconds: 2_000).ping()
+            emit(#"{"broker":"\#(info.broker)","version":"\#(info.version)","epoch":"\#(info.epoch)","time":\#(info.time.milliseconds)}"#)
+        } catch {
+            throw fail(error)
+        }
+    }
+}

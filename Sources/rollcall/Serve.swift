@@ -1,0 +1,97 @@
+import ArgumentParser
+import Logging
+import RollCallBroker
+import ServiceLifecycle
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the broker in the foreground until SIGTERM or SIGINT.",
+        discussion: "Every option can also be set by its ROLLCALL_* environment variable; a flag wins."
+    )
+
+    @OptionGroup var endpoints: Endpoints
+
+    @Option(help: "Heartbeat interval asked of clients, ms. Env: ROLLCALL_HEARTBEAT_MS. Default: 1000.")
+    var heartbeatMs: Int64?
+
+    @Option(help: "Session TTL when a hello names none, ms. Env: ROLLCALL_TTL_MS. Default: 3000.")
+    var ttlMs: Int64?
+
+    @Option(help: "Smallest TTL a client may ask for, ms. Env: ROLLCALL_MIN_TTL_MS. Default: 1000.")
+    var minTtlMs: Int64?
+
+    @Option(help: "Largest TTL a client may ask for, ms. Env: ROLLCALL_MAX_TTL_MS. Default: 3600000.")
+    var maxTtlMs: Int64?
+
+    @Option(help: "Largest request body, bytes (4x this drops the connection). Env: ROLLCALL_MAX_MESSAGE_BYTES. Default: 65536.")
+    var maxMessageBytes: Int?
+
+    @Option(help: "Live sessions in the broker. Env: ROLLCALL_MAX_SESSIONS. Default: 1000000.")
+    var maxSessions: Int?
+
+    @Option(help: "Live sessions per user. Env: ROLLCALL_MAX_SESSIONS_PER_USER. Default: 32.")
+    var maxSessionsPerUser: Int?
+
+    @Option(help: "Updates queued per subscriber before its updates are dropped. Env: ROLLCALL_UPDATE_HWM. Default: 10000.")
+    var updateHwm: Int32?
+
+    @Option(help: "The broker's id in ping replies. Env: ROLLCALL_BROKER_ID. Default: the host name.")
+    var brokerId: String?
+
+    @Option(help: "trace, debug, info, notice, warning, error or critical. Env: ROLLCALL_LOG_LEVEL. Default: info.")
+    var logLevel: String?
+
+    func configuration() throws -> BrokerConfiguration {
+        var c = BrokerConfiguration()
+        c.commandEndpoint = try endpoints.command()
+        c.updateEndpoint = try endpoints.update()
+        c.presence.heartbeatMilliseconds = try setting(heartbeatMs, "ROLLCALL_HEARTBEAT_MS", default: 1_000)
+        c.presence.defaultTTLMilliseconds = try setting(ttlMs, "ROLLCALL_TTL_MS", default: 3_000)
+        c.presence.minTTLMilliseconds = try setting(minTtlMs, "ROLLCALL_MIN_TTL_MS", default: 1_000)
+        c.presence.maxTTLMilliseconds = try setting(maxTtlMs, "ROLLCALL_MAX_TTL_MS", default: 3_600_000)
+        c.maxMessageBytes = try setting(maxMessageBytes, "ROLLCALL_MAX_MESSAGE_BYTES", default: 65_536)
+        c.presence.maxSessions = try setting(maxSessions, "ROLLCALL_MAX_SESSIONS", default: 1_000_000)
+        c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
+        c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
+        c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
+
+        let p = c.presence
+        guard p.heartbeatMilliseconds > 0, p.minTTLMilliseconds > 0 else {
+            throw ValidationError("--heartbeat-ms and --min-ttl-ms must be positive")
+        }
+        guard p.minTTLMilliseconds <= p.defaultTTLMilliseconds, p.defaultTTLMilliseconds <= p.maxTTLMilliseconds else {
+            throw ValidationError("TTLs must satisfy --min-ttl-ms <= --ttl-ms <= --max-ttl-ms")
+        }
+        guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
+            throw ValidationError("--heartbeat-ms must be shorter than --ttl-ms")
+        }
+        guard c.maxMessageBytes >= 1_024, p.maxSessions > 0, p.maxSessionsPerUser > 0, c.updateHighWaterMark > 0 else {
+            throw ValidationError("--max-message-bytes must be at least 1024; session limits and --update-hwm positive")
+        }
+        return c
+    }
+
+    func run() async throws {
+        let configuration = try configuration()
+        let levelText = try setting(logLevel, "ROLLCALL_LOG_LEVEL", default: "info")
+        guard let level = Logger.Level(rawValue: levelText) else {
+            throw ValidationError("unknown log level '\(levelText)'")
+        }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "rollcall")
+        let broker: Broker
+        do {
+            broker = try Broker(configuration: configuration, logger: logger)
+        } catch {
+            throw fail(error)
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: broker)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}

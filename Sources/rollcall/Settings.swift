@@ -1,0 +1,39 @@
+import ArgumentParser
+import Foundation
+
+/// A setting read from its flag, else from its `ROLLCALL_*` environment variable, else its default.
+func setting<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, default value: T) throws -> T {
+    if let flag { return flag }
+    guard let text = ProcessInfo.processInfo.environment[variable] else { return value }
+    guard let parsed = T(text) else { throw ValidationError("\(variable)=\(text) is not a valid value") }
+    return parsed
+}
+
+/// The endpoints every subcommand takes.
+struct Endpoints: ParsableArguments {
+    @Option(help: "The broker's command endpoint (ROUTER). Env: ROLLCALL_COMMAND_ENDPOINT. Default: tcp://127.0.0.1:7730.")
+    var commandEndpoint: String?
+
+    @Option(help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: tcp://127.0.0.1:7731.")
+    var updateEndpoint: String?
+
+    func command() throws -> String {
+        try setting(commandEndpoint, "ROLLCALL_COMMAND_ENDPOINT", default: "tcp://127.0.0.1:7730")
+    }
+
+    func update() throws -> String {
+        try setting(updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: "tcp://127.0.0.1:7731")
+    }
+}
+
+/// Prints one line to standard output at once, so that a pipe reader sees it without delay.
+func emit(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
+/// Reports a failure as one clear line on standard error and exits non-zero.
+func fail(_ error: Error) -> ExitCode {
+    FileHandle.standardError.write(Data("rollcall: \(error)\n".utf8))
+    return ExitCode(1)
+}
