@@ -17,6 +17,7 @@ public final class Broker: Service, Sendable {
     private let loop: Mutex<EventLoop?>
     private let waker: Waker
     private let stopping = Atomic<Bool>(false)
+    private let looping = Atomic<Bool>(false)
     private let logger: Logger
 
     public init(configuration: BrokerConfiguration, logger: Logger) throws {
@@ -63,6 +64,7 @@ public final class Broker: Service, Sendable {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
                     let thread = Thread {
                         let loop = handOff.take()
+                        self.looping.store(true, ordering: .sequentiallyConsistent)
                         continuation.resume(with: Result { try loop.run(stopping: self.stopping) })
                     }
                     thread.name = "rollcall-loop"
@@ -77,6 +79,9 @@ public final class Broker: Service, Sendable {
         waker.close()
         logger.info("broker stopped")
     }
+
+    /// Whether the event loop's thread has started (it serves requests from then on).
+    public var isRunning: Bool { looping.load(ordering: .sequentiallyConsistent) }
 
     /// Asks the loop to finish its current batch and stop. Safe from any thread.
     public func stop() {

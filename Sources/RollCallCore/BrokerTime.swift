@@ -5,7 +5,9 @@ public struct BrokerTime: Hashable, Comparable, Sendable, CustomStringConvertibl
     public init(milliseconds: Int64) { self.milliseconds = milliseconds }
 
     public static func < (lhs: BrokerTime, rhs: BrokerTime) -> Bool { lhs.milliseconds < rhs.milliseconds }
-    public static func + (lhs: BrokerTime, rhs: Int64) -> BrokerTime { BrokerTime(milliseconds: lhs.milliseconds + rhs) }
+    public static func + (lhs: BrokerTime, rhs: Int64) -> BrokerTime {
+        BrokerTime(milliseconds: lhs.milliseconds + rhs)
+    }
     public static func - (lhs: BrokerTime, rhs: BrokerTime) -> Int64 { lhs.milliseconds - rhs.milliseconds }
     public var description: String { "\(milliseconds)ms" }
 }

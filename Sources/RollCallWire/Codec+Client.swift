@@ -121,7 +121,8 @@ extension Codec {
         else { throw MalformedMessage(description: "a record must carry user, status, sessions and seq") }
         return PresenceRecord(
             user: user, status: status, text: fields["text"]?.string,
-            since: fields["since"]?.integer.map(BrokerTime.init), lastSeen: fields["last_seen"]?.integer.map(BrokerTime.init),
+            since: fields["since"]?.integer.map(BrokerTime.init),
+            lastSeen: fields["last_seen"]?.integer.map(BrokerTime.init),
             sessions: Int(sessions), seq: seq, reason: fields["reason"]?.string.flatMap(OfflineReason.init))
     }
 }

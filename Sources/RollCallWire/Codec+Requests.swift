@@ -17,12 +17,14 @@ extension Codec {
         }
         guard case .object(let fields) = json else {
             return .failure(
-                RequestRejection(id: nil, error: PresenceError(.badRequest, "body must be a JSON object, not \(json.typeName)")))
+                RequestRejection(
+                    id: nil, error: PresenceError(.badRequest, "body must be a JSON object, not \(json.typeName)")))
         }
         var id: JSON?
         if let raw = fields["id"] {
             guard raw.isScalar else {
-                return .failure(RequestRejection(id: nil, error: PresenceError(.badRequest, "id must be a JSON scalar")))
+                return .failure(
+                    RequestRejection(id: nil, error: PresenceError(.badRequest, "id must be a JSON scalar")))
             }
             id = raw
         }
@@ -34,7 +36,9 @@ extension Codec {
         }
     }
 
-    public static func decodeRequest(_ body: [UInt8], maxQueryUsers: Int = 1_000) -> Result<RequestEnvelope, RequestRejection> {
+    public static func decodeRequest(_ body: [UInt8], maxQueryUsers: Int = 1_000) -> Result<
+        RequestEnvelope, RequestRejection
+    > {
         body.withUnsafeBytes { decodeRequest($0, maxQueryUsers: maxQueryUsers) }
     }
 
@@ -64,7 +68,8 @@ extension Codec {
             guard elements.count <= maxQueryUsers else {
                 throw PresenceError(.limit, "query names \(elements.count) users; at most \(maxQueryUsers)")
             }
-            return .query(users: try elements.map { (element) throws(PresenceError) in try user(element, field: "users") })
+            return .query(
+                users: try elements.map { (element) throws(PresenceError) in try user(element, field: "users") })
         case "ping":
             return .ping
         default:

@@ -99,14 +99,17 @@ struct Query: AsyncParsableCommand {
 }
 
 struct Ping: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Ask the broker who it is; exit non-zero if it does not answer.")
+    static let configuration = CommandConfiguration(
+        abstract: "Ask the broker who it is; exit non-zero if it does not answer.")
 
     @OptionGroup var endpoints: Endpoints
 
     func run() async throws {
         do {
             let info = try CommandClient(endpoint: try endpoints.command(), timeoutMilliseconds: 2_000).ping()
-            emit(#"{"broker":"\#(info.broker)","version":"\#(info.version)","epoch":"\#(info.epoch)","time":\#(info.time.milliseconds)}"#)
+            emit(
+                #"{"broker":"\#(info.broker)","version":"\#(info.version)","epoch":"\#(info.epoch)","time":\#(info.time.milliseconds)}"#
+            )
         } catch {
             throw fail(error)
         }

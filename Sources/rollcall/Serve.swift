@@ -23,7 +23,10 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Largest TTL a client may ask for, ms. Env: ROLLCALL_MAX_TTL_MS. Default: 3600000.")
     var maxTtlMs: Int64?
 
-    @Option(help: "Largest request body, bytes (4x this drops the connection). Env: ROLLCALL_MAX_MESSAGE_BYTES. Default: 65536.")
+    @Option(
+        help:
+            "Largest request body, bytes (4x this drops the connection). Env: ROLLCALL_MAX_MESSAGE_BYTES. Default: 65536."
+    )
     var maxMessageBytes: Int?
 
     @Option(help: "Live sessions in the broker. Env: ROLLCALL_MAX_SESSIONS. Default: 1000000.")
@@ -32,7 +35,8 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Live sessions per user. Env: ROLLCALL_MAX_SESSIONS_PER_USER. Default: 32.")
     var maxSessionsPerUser: Int?
 
-    @Option(help: "Updates queued per subscriber before its updates are dropped. Env: ROLLCALL_UPDATE_HWM. Default: 10000.")
+    @Option(
+        help: "Updates queued per subscriber before its updates are dropped. Env: ROLLCALL_UPDATE_HWM. Default: 10000.")
     var updateHwm: Int32?
 
     @Option(help: "The broker's id in ping replies. Env: ROLLCALL_BROKER_ID. Default: the host name.")

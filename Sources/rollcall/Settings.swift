@@ -11,7 +11,8 @@ func setting<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, defau
 
 /// The endpoints every subcommand takes.
 struct Endpoints: ParsableArguments {
-    @Option(help: "The broker's command endpoint (ROUTER). Env: ROLLCALL_COMMAND_ENDPOINT. Default: tcp://127.0.0.1:7730.")
+    @Option(
+        help: "The broker's command endpoint (ROUTER). Env: ROLLCALL_COMMAND_ENDPOINT. Default: tcp://127.0.0.1:7730.")
     var commandEndpoint: String?
 
     @Option(help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: tcp://127.0.0.1:7731.")

@@ -59,7 +59,8 @@ struct SessionTests {
         var h = Harness()
         let ghost = SessionID("nope")
         #expect(h.core.heartbeat(session: ghost, now: h.now).reply.error?.code == .unknownSession)
-        #expect(h.core.setStatus(session: ghost, status: .away, text: nil, now: h.now).reply.error?.code == .unknownSession)
+        #expect(
+            h.core.setStatus(session: ghost, status: .away, text: nil, now: h.now).reply.error?.code == .unknownSession)
         #expect(h.core.bye(session: ghost, now: h.now).reply.error?.code == .unknownSession)
     }
 
@@ -101,7 +102,8 @@ struct SessionTests {
         var h = Harness()
         let session = h.open("alice")
         h.clock.advance(10)
-        let record = try #require(h.core.setStatus(session: session, status: .offline, text: nil, now: h.now).updates.first)
+        let record = try #require(
+            h.core.setStatus(session: session, status: .offline, text: nil, now: h.now).updates.first)
         #expect(record.status == .offline)
         #expect(record.sessions == 1)
         #expect(record.reason == .status)

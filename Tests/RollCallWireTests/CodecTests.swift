@@ -11,8 +11,10 @@ struct RequestCodecTests {
     /// Every operation decodes with its fields, and the id is kept exactly as written.
     @Test func decodesOperations() throws {
         #expect(
-            try decode(#"{"op":"hello","user":"alice","device":"phone","status":"busy","text":"hi","ttl_ms":5000,"id":7}"#)
-                .get()
+            try decode(
+                #"{"op":"hello","user":"alice","device":"phone","status":"busy","text":"hi","ttl_ms":5000,"id":7}"#
+            )
+            .get()
                 == RequestEnvelope(
                     id: .number("7"),
                     request: .hello(
@@ -93,8 +95,9 @@ struct RequestCodecTests {
             .bye(session: SessionID("s")), .query(users: ["x".id, "y".id]), .ping,
         ]
         for request in requests {
-            #expect(try Codec.decodeRequest(Codec.encodeRequest(request, id: .number("3"))).get()
-                == RequestEnvelope(id: .number("3"), request: request))
+            #expect(
+                try Codec.decodeRequest(Codec.encodeRequest(request, id: .number("3"))).get()
+                    == RequestEnvelope(id: .number("3"), request: request))
         }
     }
 }
@@ -110,7 +113,8 @@ struct ReplyCodecTests {
         let bytes = Codec.encodeRecord(record)
         #expect(
             String(decoding: bytes, as: UTF8.self)
-                == #"{"user":"alice","status":"away","text":"brb \"5\"","since":10,"last_seen":20,"sessions":2,"seq":1700000000000001}"#)
+                == #"{"user":"alice","status":"away","text":"brb \"5\"","since":10,"last_seen":20,"sessions":2,"seq":1700000000000001}"#
+        )
         #expect(try Codec.decodeRecord(bytes) == record)
         let unknown = Codec.encodeRecord(.unknown("bob".id))
         #expect(
@@ -125,14 +129,17 @@ struct ReplyCodecTests {
     /// Errors encode as ok:false with code and message, echoing the id as written.
     @Test func errorReply() throws {
         let bytes = Codec.encodeReply(id: .number("1e2"), .failure(PresenceError(.badUser, "no")))
-        #expect(String(decoding: bytes, as: UTF8.self) == #"{"ok":false,"id":1e2,"error":{"code":"bad_user","message":"no"}}"#)
+        #expect(
+            String(decoding: bytes, as: UTF8.self)
+                == #"{"ok":false,"id":1e2,"error":{"code":"bad_user","message":"no"}}"#)
         let body = try Codec.decodeReply(bytes)
         #expect(body.result == .failure(PresenceError(.badUser, "no")))
     }
 
     /// Success replies carry their fields and decode on the client side.
     @Test func successReplies() throws {
-        let granted = PresenceCore.Granted(session: SessionID("s"), heartbeatMilliseconds: 1_000, ttlMilliseconds: 3_000)
+        let granted = PresenceCore.Granted(
+            session: SessionID("s"), heartbeatMilliseconds: 1_000, ttlMilliseconds: 3_000)
         let hello = try Codec.decodeReply(Codec.encodeReply(id: nil, .success(.hello(granted))))
         #expect(try Codec.decodeGranted(hello.result.get()) == granted)
         let query = try Codec.decodeReply(Codec.encodeReply(id: .string("q"), .success(.query([record]))))
@@ -141,7 +148,9 @@ struct ReplyCodecTests {
         let info = BrokerInfo(broker: "b", version: "1", epoch: "e", time: BrokerTime(milliseconds: 5))
         let ping = try Codec.decodeReply(Codec.encodeReply(id: nil, .success(.ping(info))))
         #expect(try Codec.decodeBrokerInfo(ping.result.get()) == info)
-        #expect(String(decoding: Codec.encodeReply(id: .bool(true), .success(.done)), as: UTF8.self) == #"{"ok":true,"id":true}"#)
+        #expect(
+            String(decoding: Codec.encodeReply(id: .bool(true), .success(.done)), as: UTF8.self)
+                == #"{"ok":true,"id":true}"#)
     }
 }
 

@@ -1,0 +1,120 @@
+import Foundation
+import Logging
+import RollCallBroker
+import RollCallClient
+import RollCallCore
+import Testing
+import ZeroMQ
+
+/// A broker running in this process on free loopback ports, for the length of one test.
+struct TestBroker: Sendable {
+    let broker: Broker
+    var command: String { broker.commandEndpoint }
+    var update: String { broker.updateEndpoint }
+
+    func client(timeout: Int = 3_000) throws -> CommandClient {
+        try CommandClient(endpoint: command, timeoutMilliseconds: timeout)
+    }
+
+    /// A subscriber to `users` whose subscriptions are known to be live: each user's last value has arrived.
+    func subscriber(_ users: String...) throws -> PresenceSubscriber {
+        let subscriber = try PresenceSubscriber(endpoint: update)
+        for user in users {
+            try subscriber.subscribe(user.id)
+            _ = try subscriber.expect(user, timeout: 3_000) { _ in true }
+        }
+        return subscriber
+    }
+}
+
+/// Runs `body` with a fresh broker and stops it afterwards, even when `body` throws.
+func withBroker<T>(
+    _ configure: (inout BrokerConfiguration) -> Void = { _ in },
+    _ body: (TestBroker) async throws -> T
+) async throws -> T {
+    var configuration = BrokerConfiguration()
+    configuration.commandEndpoint = "tcp://127.0.0.1:*"
+    configuration.updateEndpoint = "tcp://127.0.0.1:*"
+    configure(&configuration)
+    var logger = Logger(label: "test-broker")
+    logger.logLevel = .critical
+    let broker = try Broker(configuration: configuration, logger: logger)
+    let running = Task { try await broker.run() }
+    // Test bodies block their thread in socket calls; start the loop's own thread before they take the pool.
+    while !broker.isRunning { try await Task.sleep(for: .milliseconds(2)) }
+    do {
+        let result = try await body(TestBroker(broker: broker))
+        broker.stop()
+        try await running.value
+        return result
+    } catch {
+        broker.stop()
+        _ = try? await running.value
+        throw error
+    }
+}
+
+extension PresenceSubscriber {
+    /// The first record of `user` that satisfies `matching` within `timeout` ms; records of others are skipped.
+    @discardableResult
+    func expect(
+        _ user: String, timeout: Int = 3_000, sourceLocation: SourceLocation = #_sourceLocation,
+        _ matching: (PresenceRecord) -> Bool
+    ) throws -> PresenceRecord {
+        let deadline = ContinuousClock.now + .milliseconds(timeout)
+        while ContinuousClock.now < deadline {
+            let left = ContinuousClock.now.duration(to: deadline)
+            guard
+                let record = try next(
+                    timeout: max(
+                        1,
+                        Int(left.components.seconds * 1_000) + Int(left.components.attoseconds / 1_000_000_000_000_000))
+                )
+            else { break }
+            if record.user.rawValue == user && matching(record) { return record }
+        }
+        throw TestFailure("no matching record of \(user) within \(timeout) ms")
+    }
+
+    /// Every record that arrives within `milliseconds`.
+    func collect(for milliseconds: Int) throws -> [PresenceRecord] {
+        var records: [PresenceRecord] = []
+        let deadline = ContinuousClock.now + .milliseconds(milliseconds)
+        while ContinuousClock.now < deadline {
+            if let record = try next(timeout: 20) { records.append(record) }
+        }
+        return records
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension String {
+    var id: UserID { UserID(validating: self)! }
+}
+
+/// Milliseconds since `start`.
+func milliseconds(since start: ContinuousClock.Instant) -> Double {
+    let elapsed = ContinuousClock.now - start
+    return Double(elapsed.components.seconds) * 1_000 + Double(elapsed.components.attoseconds) / 1e15
+}
+
+/// A raw ZeroMQ socket connected to `endpoint`, for speaking the protocol byte by byte.
+func rawSocket(_ kind: Socket.Kind, _ endpoint: String, context: Context) throws -> Socket {
+    let socket = try Socket(context, kind)
+    try socket.set(.linger(milliseconds: 0))
+    try socket.connect(endpoint)
+    return socket
+}
+
+extension Socket {
+    /// The next message within `timeout` ms, as byte arrays, or `nil`.
+    func receive(timeout: Int) throws -> [[UInt8]]? {
+        var poller = Poller([self])
+        guard try poller.poll(timeout: timeout)[0], let message = try receiveMessage() else { return nil }
+        return message.frames.map(\.bytes)
+    }
+}

@@ -1,0 +1,119 @@
+import Testing
+import ZeroMQ
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+@Suite("ZeroMQ wrapper")
+struct SocketTests {
+    /// Frames sent as one message arrive whole, in order, with the more flag and the connection's descriptor.
+    @Test func multipartRoundTripOverTCP() throws {
+        let context = try Context()
+        let router = try Socket(context, .router)
+        try router.bind("tcp://127.0.0.1:*")
+        let endpoint = try router.lastEndpoint()
+        #expect(endpoint.hasPrefix("tcp://127.0.0.1:") && !endpoint.hasSuffix(":*"))
+        let dealer = try Socket(context, .dealer)
+        try dealer.set(.linger(milliseconds: 0))
+        try dealer.connect(endpoint)
+        #expect(try dealer.send(message: [[], Array("hello".utf8), []], wait: true))
+        var poller = Poller([router])
+        #expect(try poller.poll(timeout: 3_000) == [true])
+        let (frames, truncated) = try #require(try router.receiveMessage())
+        #expect(!truncated)
+        #expect(frames.count == 4)  // routing id + the three frames
+        #expect(frames.map(\.more) == [true, true, true, false])
+        #expect(frames[2].bytes == Array("hello".utf8))
+        #expect(frames[1].bytes.isEmpty && frames[3].bytes.isEmpty)
+        #expect(frames[1].sourceFD >= 0)
+    }
+
+    /// Receiving with nothing waiting is nil, not an error; a message with too many frames is cut and flagged.
+    @Test func nothingWaitingAndTruncation() throws {
+        let context = try Context()
+        let pull = try Socket(context, .pull)
+        try pull.bind("inproc://truncation")
+        let push = try Socket(context, .push)
+        try push.connect("inproc://truncation")
+        #expect(try pull.receiveFrame() == nil)
+        #expect(try pull.receiveMessage() == nil)
+        try push.send(message: (0..<5).map { [UInt8($0)] }, wait: true)
+        try push.send([9], wait: true)
+        var poller = Poller([pull])
+        _ = try poller.poll(timeout: 3_000)
+        let (frames, truncated) = try #require(try pull.receiveMessage(maxFrames: 2))
+        #expect(truncated)
+        #expect(frames.map(\.bytes) == [[0], [1]])
+        // The rest of the cut message was consumed: the next message is intact.
+        #expect(try pull.receiveMessage(wait: true)?.frames.map(\.bytes) == [[9]])
+    }
+
+    /// libzmq's errors become typed errors naming the function and keeping errno.
+    @Test func errorsAreTyped() throws {
+        let context = try Context()
+        let socket = try Socket(context, .router)
+        do {
+            try socket.bind("nonsense://x")
+            Issue.record("bind of a bad endpoint succeeded")
+        } catch let error as ZMQError {
+            #expect(error.function == "zmq_bind")
+            #expect(error.code == EPROTONOSUPPORT)
+            #expect(!error.message.isEmpty)
+        }
+        let other = try Socket(context, .router)
+        try other.bind("tcp://127.0.0.1:*")
+        #expect(throws: ZMQError.self) { try socket.bind(try other.lastEndpoint()) }  // address in use
+    }
+
+    /// A PUB with no subscriber, or over its high-water mark, drops instead of blocking.
+    @Test func publishNeverBlocks() throws {
+        let context = try Context()
+        let pub = try Socket(context, .pub)
+        try pub.set(.sendHighWaterMark(10))
+        try pub.bind("inproc://never-blocks")
+        let sub = try Socket(context, .sub)
+        try sub.set(.receiveHighWaterMark(10))
+        try sub.set(.subscribe([]))
+        try sub.connect("inproc://never-blocks")
+        for _ in 0..<10_000 { #expect(try pub.send([1, 2, 3])) }
+    }
+
+    /// The waker makes a poll that would wait for ever return at once, from another thread.
+    @Test func wakerInterruptsAPoll() async throws {
+        let context = try Context()
+        let (waker, socket) = try Waker.make(context: context, name: "test")
+        let task = Task.detached {
+            try await Task.sleep(for: .milliseconds(50))
+            waker.wake()
+        }
+        var poller = Poller([socket])
+        let start = ContinuousClock.now
+        #expect(try poller.poll(timeout: 5_000) == [true])
+        #expect(ContinuousClock.now - start < .seconds(4))
+        try socket.drain()
+        #expect(try socket.receiveMessage() == nil)
+        try await task.value
+        waker.close()
+    }
+
+    /// A ROUTER's monitor reports the connection of a peer and its disconnection when the peer closes.
+    @Test func monitorReportsDisconnects() throws {
+        let context = try Context()
+        let router = try Socket(context, .router)
+        try router.bind("tcp://127.0.0.1:*")
+        let monitor = try router.monitor([.accepted, .disconnected], name: "monitor-test", context: context)
+        let dealer = try Socket(context, .dealer)
+        try dealer.set(.linger(milliseconds: 0))
+        try dealer.connect(try router.lastEndpoint())
+        var poller = Poller([monitor])
+        _ = try poller.poll(timeout: 3_000)
+        let accepted = try #require(try monitor.receiveMonitorEvent())
+        #expect(accepted.kind == .accepted)
+        dealer.close()
+        _ = try poller.poll(timeout: 3_000)
+        let disconnected = try #require(try monitor.receiveMonitorEvent())
+        #expect(disconnected.kind == .disconnected)
+        #expect(disconnected.value == accepted.value)  // the same file descriptor
+    }
+}
