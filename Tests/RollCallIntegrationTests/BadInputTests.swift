@@ -6,154 +6,159 @@ import Synchronization
 import Testing
 import ZeroMQ
 
-@Suite("Bad input over TCP", .serialized)
-struct BadInputTests {
-    static let badBodies: [(String, ErrorCode)] = [
-        ("not json at all", .badRequest),
-        ("[1,2,3]", .badRequest),
-        ("42", .badRequest),
-        (#"{"op":"hello"}"#, .badRequest),
-        (#"{"op":"hello","user":7}"#, .badRequest),
-        (#"{"op":"hello","user":"alice","status":"asleep"}"#, .badRequest),
-        (#"{"op":"hello","user":"alice","ttl_ms":-5}"#, .badRequest),
-        (#"{"op":"hello","user":"al ice"}"#, .badUser),
-        (#"{"op":"hello","user":"alice","text":"\#(String(repeating: "x", count: 257))"}"#, .badRequest),
-        (#"{"op":"status","session":"s","status":"away"}"#, .unknownSession),
-        (#"{"op":"status","status":"away"}"#, .badRequest),
-        (#"{"op":"heartbeat","session":["s"]}"#, .badRequest),
-        (#"{"op":"bye"}"#, .badRequest),
-        (#"{"op":"teleport"}"#, .unknownOp),
-        (#"{"op":"query","users":"alice"}"#, .badRequest),
-        (#"{"op":"query","users":["../etc"]}"#, .badUser),
-        (#"{"op":"ping","op":"ping"}"#, .badRequest),
-        ("{\"op\":\"ping\"", .badRequest),
-        (String(repeating: "[", count: 5_000), .badRequest),
-    ]
+extension Integration {
+    @Suite("Bad input over TCP")
+    struct BadInputTests {
+        static let badBodies: [(String, ErrorCode)] = [
+            ("not json at all", .badRequest),
+            ("[1,2,3]", .badRequest),
+            ("42", .badRequest),
+            (#"{"op":"hello"}"#, .badRequest),
+            (#"{"op":"hello","user":7}"#, .badRequest),
+            (#"{"op":"hello","user":"alice","status":"asleep"}"#, .badRequest),
+            (#"{"op":"hello","user":"alice","ttl_ms":-5}"#, .badRequest),
+            (#"{"op":"hello","user":"al ice"}"#, .badUser),
+            (#"{"op":"hello","user":"alice","text":"\#(String(repeating: "x", count: 257))"}"#, .badRequest),
+            (#"{"op":"status","session":"s","status":"away"}"#, .unknownSession),
+            (#"{"op":"status","status":"away"}"#, .badRequest),
+            (#"{"op":"heartbeat","session":["s"]}"#, .badRequest),
+            (#"{"op":"bye"}"#, .badRequest),
+            (#"{"op":"teleport"}"#, .unknownOp),
+            (#"{"op":"query","users":"alice"}"#, .badRequest),
+            (#"{"op":"query","users":["../etc"]}"#, .badUser),
+            (#"{"op":"ping","op":"ping"}"#, .badRequest),
+            ("{\"op\":\"ping\"", .badRequest),
+            (String(repeating: "[", count: 5_000), .badRequest),
+        ]
 
-    /// Each malformed body gets its documented error code, and nobody's presence changes.
-    @Test func malformedBodiesAreAnsweredAndChangeNothing() async throws {
-        try await withBroker { broker in
-            let client = try broker.client()
-            _ = try client.hello(.init(user: "alice".id, status: .busy, text: "steady"))
-            let before = try client.query(["alice".id, "al".id])
-            let subscriber = try broker.subscriber("alice")
-            let context = try Context()
-            let dealer = try rawSocket(.dealer, broker.command, context: context)
-            for (index, (body, code)) in Self.badBodies.enumerated() {
-                try dealer.send(body, wait: true)
-                let reply = try #require(try dealer.receive(timeout: 3_000), "no reply to bad body #\(index)")
-                let decoded = try Codec.decodeReply(reply[0])
-                #expect(decoded.result.error?.code == code, "body #\(index): \(body.prefix(60))")
-                #expect(decoded.result.error?.message.isEmpty == false)
+        /// Each malformed body gets its documented error code, and nobody's presence changes.
+        @Test func malformedBodiesAreAnsweredAndChangeNothing() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                _ = try client.hello(.init(user: "alice".id, status: .busy, text: "steady"))
+                let before = try client.query(["alice".id, "al".id])
+                let subscriber = try broker.subscriber("alice")
+                let context = try Context()
+                let dealer = try rawSocket(.dealer, broker.command, context: context)
+                for (index, (body, code)) in Self.badBodies.enumerated() {
+                    try dealer.send(body, wait: true)
+                    let reply = try #require(try dealer.receive(timeout: 3_000), "no reply to bad body #\(index)")
+                    let decoded = try Codec.decodeReply(reply[0])
+                    #expect(decoded.result.error?.code == code, "body #\(index): \(body.prefix(60))")
+                    #expect(decoded.result.error?.message.isEmpty == false)
+                }
+                #expect(try subscriber.collect(for: 100).isEmpty)
+                let after = try client.query(["alice".id, "al".id])
+                #expect(after["alice".id]?.seq == before["alice".id]?.seq)
+                #expect(after["alice".id]?.status == .busy)
+                #expect(after["al".id] == before["al".id])
             }
-            #expect(try subscriber.collect(for: 100).isEmpty)
-            let after = try client.query(["alice".id, "al".id])
-            #expect(after["alice".id]?.seq == before["alice".id]?.seq)
-            #expect(after["alice".id]?.status == .busy)
-            #expect(after["al".id] == before["al".id])
         }
-    }
 
-    /// Wrong framing is answered bad_request: extra body frames, empty bodies, too many frames.
-    @Test func badFramingIsAnswered() async throws {
-        try await withBroker { broker in
-            let context = try Context()
-            let dealer = try rawSocket(.dealer, broker.command, context: context)
-            let ping = Array(#"{"op":"ping"}"#.utf8)
-            let cases: [[[UInt8]]] = [
-                [ping, ping],  // two body frames
-                [[]],  // only an empty delimiter, no body
-                [[], []],  // delimiter and an empty body
-                Array(repeating: ping, count: 12),  // too many frames
-            ]
-            for frames in cases {
-                try dealer.send(message: frames, wait: true)
+        /// Wrong framing is answered bad_request: extra body frames, empty bodies, too many frames.
+        @Test func badFramingIsAnswered() async throws {
+            try await withBroker { broker in
+                let context = try Context()
+                let dealer = try rawSocket(.dealer, broker.command, context: context)
+                let ping = Array(#"{"op":"ping"}"#.utf8)
+                let cases: [[[UInt8]]] = [
+                    [ping, ping],  // two body frames
+                    [[]],  // only an empty delimiter, no body
+                    [[], []],  // delimiter and an empty body
+                    Array(repeating: ping, count: 12),  // too many frames
+                ]
+                for frames in cases {
+                    try dealer.send(message: frames, wait: true)
+                    let reply = try #require(try dealer.receive(timeout: 3_000))
+                    #expect(try Codec.decodeReply(reply.last!).result.error?.code == .badRequest)
+                }
+                try dealer.send(ping, wait: true)
                 let reply = try #require(try dealer.receive(timeout: 3_000))
-                #expect(try Codec.decodeReply(reply.last!).result.error?.code == .badRequest)
+                #expect(try Codec.decodeReply(reply[0]).result.error == nil)
             }
-            try dealer.send(ping, wait: true)
-            let reply = try #require(try dealer.receive(timeout: 3_000))
-            #expect(try Codec.decodeReply(reply[0]).result.error == nil)
         }
-    }
 
-    /// A body over the configured maximum gets too_large; a frame over the hard limit drops only that connection.
-    @Test func oversizedMessages() async throws {
-        try await withBroker({ $0.maxMessageBytes = 4_096 }) { broker in
-            let context = try Context()
-            let dealer = try rawSocket(.dealer, broker.command, context: context)
-            let padded = #"{"op":"ping","pad":"\#(String(repeating: "x", count: 5_000))"}"#
-            try dealer.send(padded, wait: true)
-            let reply = try #require(try dealer.receive(timeout: 3_000))
-            #expect(try Codec.decodeReply(reply[0]).result.error?.code == .tooLarge)
+        /// A body over the configured maximum gets too_large; a frame over the hard limit drops only that connection.
+        @Test func oversizedMessages() async throws {
+            try await withBroker({ $0.maxMessageBytes = 4_096 }) { broker in
+                let context = try Context()
+                let dealer = try rawSocket(.dealer, broker.command, context: context)
+                let padded = #"{"op":"ping","pad":"\#(String(repeating: "x", count: 5_000))"}"#
+                try dealer.send(padded, wait: true)
+                let reply = try #require(try dealer.receive(timeout: 3_000))
+                #expect(try Codec.decodeReply(reply[0]).result.error?.code == .tooLarge)
 
-            let huge = try rawSocket(.dealer, broker.command, context: context)
-            try huge.set(.reconnectInterval(milliseconds: 10_000))
-            try huge.send([UInt8](repeating: 0x7B, count: 4 * 4_096 + 1), wait: true)
-            #expect(try huge.receive(timeout: 300) == nil)
-            // Everyone else is unaffected.
-            let client = try broker.client()
-            #expect(try client.ping().version.isEmpty == false)
-        }
-    }
-
-    /// Subscriptions to odd topics (bad ids, binary, prefixes) are ignored and the broker keeps working.
-    @Test func oddSubscriptionsAreIgnored() async throws {
-        try await withBroker { broker in
-            let context = try Context()
-            let sub = try rawSocket(.sub, broker.update, context: context)
-            for topic in ["presence/a b/", "presence/", "presence/al", "x", "", "presence/\u{0}/"] {
-                try sub.set(.subscribe(Array(topic.utf8)))
+                let huge = try rawSocket(.dealer, broker.command, context: context)
+                try huge.set(.reconnectInterval(milliseconds: 10_000))
+                try huge.send([UInt8](repeating: 0x7B, count: 4 * 4_096 + 1), wait: true)
+                #expect(try huge.receive(timeout: 300) == nil)
+                // Everyone else is unaffected.
+                let client = try broker.client()
+                #expect(try client.ping().version.isEmpty == false)
             }
-            try sub.set(.subscribe([0x70, 0xFF, 0xFE]))
-            #expect(try sub.receive(timeout: 200) == nil)
-            #expect(try broker.client().ping().time.milliseconds > 0)
         }
-    }
 
-    /// A flood of bad messages from several connections never stalls a well-behaved client running alongside,
-    /// and presence afterwards is exactly what the good traffic made it.
-    @Test func floodBesideAGoodClient() async throws {
-        try await withBroker({ $0.maxMessageBytes = 4_096 }) { broker in
-            let endpoint = broker.command
-            let sent = Atomic<Int>(0)
-            let flooders = (0..<3).map { seed in
-                Thread {
-                    guard let context = try? Context(), let dealer = try? rawSocket(.dealer, endpoint, context: context)
-                    else { return }
-                    var generator = FloodGenerator(seed: UInt64(seed + 1))
-                    for _ in 0..<3_000 {
-                        _ = try? dealer.send(message: generator.nextMessage())
-                        sent.add(1, ordering: .relaxed)
-                        _ = try? dealer.receiveMessage()  // read what comes back so replies do not pile up
+        /// Subscriptions to odd topics (bad ids, binary, prefixes) are ignored and the broker keeps working.
+        @Test func oddSubscriptionsAreIgnored() async throws {
+            try await withBroker { broker in
+                let context = try Context()
+                let sub = try rawSocket(.sub, broker.update, context: context)
+                for topic in ["presence/a b/", "presence/", "presence/al", "x", "", "presence/\u{0}/"] {
+                    try sub.set(.subscribe(Array(topic.utf8)))
+                }
+                try sub.set(.subscribe([0x70, 0xFF, 0xFE]))
+                #expect(try sub.receive(timeout: 200) == nil)
+                #expect(try broker.client().ping().time.milliseconds > 0)
+            }
+        }
+
+        /// A flood of bad messages from several connections never stalls a well-behaved client running alongside,
+        /// and presence afterwards is exactly what the good traffic made it.
+        @Test func floodBesideAGoodClient() async throws {
+            try await withBroker({ $0.maxMessageBytes = 4_096 }) { broker in
+                let endpoint = broker.command
+                let sent = Atomic<Int>(0)
+                let flooders = (0..<3).map { seed in
+                    Thread {
+                        guard let context = try? Context(),
+                            let dealer = try? rawSocket(.dealer, endpoint, context: context)
+                        else { return }
+                        var generator = FloodGenerator(seed: UInt64(seed + 1))
+                        for _ in 0..<3_000 {
+                            _ = try? dealer.send(message: generator.nextMessage())
+                            sent.add(1, ordering: .relaxed)
+                            _ = try? dealer.receiveMessage()  // read what comes back so replies do not pile up
+                        }
                     }
                 }
-            }
-            flooders.forEach { $0.start() }
+                flooders.forEach { $0.start() }
 
-            let subscriber = try broker.subscriber("good")
-            let client = try broker.client(timeout: 2_000)
-            let granted = try client.hello(.init(user: "good".id))
-            var worst = 0.0
-            for round in 0..<60 {
-                let start = ContinuousClock.now
-                try client.setStatus(granted.session, round.isMultiple(of: 2) ? .away : .busy, text: "round \(round)")
-                try client.heartbeat(granted.session)
-                worst = max(worst, milliseconds(since: start))
+                let subscriber = try broker.subscriber("good")
+                let client = try broker.client(timeout: 2_000)
+                let granted = try client.hello(.init(user: "good".id))
+                var worst = 0.0
+                for round in 0..<60 {
+                    let start = ContinuousClock.now
+                    try client.setStatus(
+                        granted.session, round.isMultiple(of: 2) ? .away : .busy, text: "round \(round)")
+                    try client.heartbeat(granted.session)
+                    worst = max(worst, milliseconds(since: start))
+                }
+                while sent.load(ordering: .relaxed) < 9_000 { pause(milliseconds: 10) }
+                print(
+                    "flood: 9000 bad messages from 3 connections; slowest good round trip pair \(String(format: "%.1f", worst)) ms"
+                )
+                let final = try client.query(["good".id])["good".id]
+                #expect(final?.status == .busy)
+                #expect(final?.text == "round 59")
+                #expect(final?.sessions == 1)
+                let last = try subscriber.expect("good") { $0.text == "round 59" }
+                #expect(last.status == .busy)
+                #expect(try client.ping().epoch == broker.broker.epoch)
             }
-            while sent.load(ordering: .relaxed) < 9_000 { try await Task.sleep(for: .milliseconds(10)) }
-            print(
-                "flood: 9000 bad messages from 3 connections; slowest good round trip pair \(String(format: "%.1f", worst)) ms"
-            )
-            let final = try client.query(["good".id])["good".id]
-            #expect(final?.status == .busy)
-            #expect(final?.text == "round 59")
-            #expect(final?.sessions == 1)
-            let last = try subscriber.expect("good") { $0.text == "round 59" }
-            #expect(last.status == .busy)
-            #expect(try client.ping().epoch == broker.broker.epoch)
         }
     }
+
 }
 
 /// Random and mutated messages for the flood: garbage bytes, broken JSON, wrong types, odd framing.

@@ -6,6 +6,13 @@ import RollCallCore
 import Testing
 import ZeroMQ
 
+/// The integration tests, run one at a time: they block their threads in socket calls and measure time, so
+/// running them side by side on two cores would starve the cooperative pool and make the figures noise.
+@Suite(.serialized) enum Integration {}
+
+/// Sleeps this thread; unlike `Task.sleep` its wake-up does not wait for a free cooperative thread.
+func pause(milliseconds: Int) { usleep(useconds_t(milliseconds * 1_000)) }
+
 /// A broker running in this process on free loopback ports, for the length of one test.
 struct TestBroker: Sendable {
     let broker: Broker

@@ -49,22 +49,22 @@ final class ChildProcess: Sendable {
 
     /// Waits until standard output or error holds `text`; returns the matching line or throws after `timeout` ms.
     @discardableResult
-    func waitForOutput(containing text: String, inStderr: Bool = false, timeout: Int = 5_000) async throws -> String {
+    func waitForOutput(containing text: String, inStderr: Bool = false, timeout: Int = 5_000) throws -> String {
         let deadline = ContinuousClock.now + .milliseconds(timeout)
         while ContinuousClock.now < deadline {
             let all = inStderr ? stderr : stdout
             if let line = all.split(separator: "\n").first(where: { $0.contains(text) }) { return String(line) }
-            try await Task.sleep(for: .milliseconds(5))
+            pause(milliseconds: 5)
         }
         throw TestFailure("no output containing \(text) within \(timeout) ms; stdout: \(stdout) stderr: \(stderr)")
     }
 
     /// Waits for the process to exit and returns its status, or `nil` if it is still running after `timeout` ms.
-    func waitForExit(timeout: Int) async throws -> Int32? {
+    func waitForExit(timeout: Int) throws -> Int32? {
         let deadline = ContinuousClock.now + .milliseconds(timeout)
         while process.isRunning {
             guard ContinuousClock.now < deadline else { return nil }
-            try await Task.sleep(for: .milliseconds(5))
+            pause(milliseconds: 5)
         }
         return process.terminationStatus
     }
@@ -82,12 +82,12 @@ extension ChildProcess {
         -> (status: Int32, stdout: String, stderr: String)
     {
         let child = try ChildProcess(executable, arguments)
-        guard let status = try await child.waitForExit(timeout: timeout) else {
+        guard let status = try child.waitForExit(timeout: timeout) else {
             child.terminate()
             throw TestFailure("\(executable) \(arguments) did not finish within \(timeout) ms")
         }
         // Give the pipe handlers a moment to deliver the last bytes.
-        try await Task.sleep(for: .milliseconds(50))
+        pause(milliseconds: 50)
         return (status, child.stdout, child.stderr)
     }
 }

@@ -3,78 +3,82 @@ import RollCallClient
 import RollCallCore
 import Testing
 
-@Suite("Liveness over TCP", .serialized)
-struct LivenessTests {
-    /// A client that stops heartbeating is published offline at its TTL, with reason timeout.
-    @Test func silentClientGoesOfflineAtTTL() async throws {
-        try await withBroker({ $0.presence.minTTLMilliseconds = 100 }) { broker in
-            let subscriber = try broker.subscriber("dana")
-            let client = try broker.client()
-            let start = ContinuousClock.now
-            let granted = try client.hello(.init(user: "dana".id, ttlMilliseconds: 400))
-            #expect(granted.ttlMilliseconds == 400)
-            let offline = try subscriber.expect("dana", timeout: 2_000) { $0.status == .offline && $0.sessions == 0 }
-            let elapsed = milliseconds(since: start)
-            print("silent client: offline \(Int(elapsed)) ms after hello (ttl 400 ms)")
-            #expect(offline.reason == .timeout)
-            #expect(elapsed >= 400 && elapsed < 400 + 250)
-            do {
-                try client.heartbeat(granted.session)
-                Issue.record("a heartbeat after expiry was accepted")
-            } catch ClientError.rejected(let error) {
-                #expect(error.code == .unknownSession)
+extension Integration {
+    @Suite("Liveness over TCP", .serialized)
+    struct LivenessTests {
+        /// A client that stops heartbeating is published offline at its TTL, with reason timeout.
+        @Test func silentClientGoesOfflineAtTTL() async throws {
+            try await withBroker({ $0.presence.minTTLMilliseconds = 100 }) { broker in
+                let subscriber = try broker.subscriber("dana")
+                let client = try broker.client()
+                let start = ContinuousClock.now
+                let granted = try client.hello(.init(user: "dana".id, ttlMilliseconds: 400))
+                #expect(granted.ttlMilliseconds == 400)
+                let offline = try subscriber.expect("dana", timeout: 2_000) {
+                    $0.status == .offline && $0.sessions == 0
+                }
+                let elapsed = milliseconds(since: start)
+                print("silent client: offline \(Int(elapsed)) ms after hello (ttl 400 ms)")
+                #expect(offline.reason == .timeout)
+                #expect(elapsed >= 400 && elapsed < 400 + 250)
+                do {
+                    try client.heartbeat(granted.session)
+                    Issue.record("a heartbeat after expiry was accepted")
+                } catch ClientError.rejected(let error) {
+                    #expect(error.code == .unknownSession)
+                }
             }
         }
-    }
 
-    /// Heartbeats keep a short-TTL session alive for many TTLs; silence then ends it.
-    @Test func heartbeatsKeepASessionAlive() async throws {
-        try await withBroker({ $0.presence.minTTLMilliseconds = 100 }) { broker in
-            let subscriber = try broker.subscriber("erin")
-            let client = try broker.client()
-            let granted = try client.hello(.init(user: "erin".id, ttlMilliseconds: 300))
-            try subscriber.expect("erin") { $0.status == .online }
-            for _ in 0..<12 {
-                try await Task.sleep(for: .milliseconds(100))
-                try client.heartbeat(granted.session)
+        /// Heartbeats keep a short-TTL session alive for many TTLs; silence then ends it.
+        @Test func heartbeatsKeepASessionAlive() async throws {
+            try await withBroker({ $0.presence.minTTLMilliseconds = 100 }) { broker in
+                let subscriber = try broker.subscriber("erin")
+                let client = try broker.client()
+                let granted = try client.hello(.init(user: "erin".id, ttlMilliseconds: 300))
+                try subscriber.expect("erin") { $0.status == .online }
+                for _ in 0..<12 {
+                    pause(milliseconds: 100)
+                    try client.heartbeat(granted.session)
+                }
+                #expect(try subscriber.collect(for: 50).isEmpty)
+                try subscriber.expect("erin", timeout: 1_000) { $0.status == .offline && $0.reason == .timeout }
             }
-            #expect(try subscriber.collect(for: 50).isEmpty)
-            try subscriber.expect("erin", timeout: 1_000) { $0.status == .offline && $0.reason == .timeout }
         }
-    }
 
-    /// PresenceSession heartbeats by itself at the interval the broker asks, and says bye when closed.
-    @Test func presenceSessionHeartbeatsByItself() async throws {
-        try await withBroker({ $0.presence.minTTLMilliseconds = 100 }) { broker in
-            let subscriber = try broker.subscriber("finn")
-            let session = try PresenceSession(
-                endpoint: broker.command, hello: .init(user: "finn".id, ttlMilliseconds: 300))
-            #expect(session.granted.heartbeatMilliseconds == 100)
-            try subscriber.expect("finn") { $0.status == .online }
-            #expect(try subscriber.collect(for: 1_000).isEmpty)  // > 3 TTLs without expiring
-            session.setStatus(.away, text: "back soon")
-            #expect(try subscriber.expect("finn") { $0.status == .away }.text == "back soon")
-            session.close()
-            #expect(try subscriber.expect("finn") { $0.status == .offline }.reason == .bye)
-            #expect(session.lastError == nil)
+        /// PresenceSession heartbeats by itself at the interval the broker asks, and says bye when closed.
+        @Test func presenceSessionHeartbeatsByItself() async throws {
+            try await withBroker({ $0.presence.minTTLMilliseconds = 100 }) { broker in
+                let subscriber = try broker.subscriber("finn")
+                let session = try PresenceSession(
+                    endpoint: broker.command, hello: .init(user: "finn".id, ttlMilliseconds: 300))
+                #expect(session.granted.heartbeatMilliseconds == 100)
+                try subscriber.expect("finn") { $0.status == .online }
+                #expect(try subscriber.collect(for: 1_000).isEmpty)  // > 3 TTLs without expiring
+                session.setStatus(.away, text: "back soon")
+                #expect(try subscriber.expect("finn") { $0.status == .away }.text == "back soon")
+                session.close()
+                #expect(try subscriber.expect("finn") { $0.status == .offline }.reason == .bye)
+                #expect(session.lastError == nil)
+            }
         }
-    }
 
-    /// A `rollcall online` process killed with SIGKILL shows offline within 3 s with the default timings.
-    @Test func killedClientProcessGoesOfflineWithinTheDefaultBound() async throws {
-        try await withBroker { broker in
-            let subscriber = try broker.subscriber("gina")
-            let online = try ChildProcess(
-                ChildProcess.rollcall, ["online", "gina", "--command-endpoint", broker.command])
-            defer { online.terminate() }
-            try subscriber.expect("gina", timeout: 5_000) { $0.status == .online }
-            online.signal(SIGKILL)
-            let killed = ContinuousClock.now
-            let record = try subscriber.expect("gina", timeout: 4_000) { $0.status == .offline }
-            let elapsed = milliseconds(since: killed)
-            print("kill -9 of rollcall online: offline after \(Int(elapsed)) ms (ttl 3000 ms, heartbeat 1000 ms)")
-            #expect(record.reason == .timeout)
-            #expect(elapsed < 3_000 + 100)
+        /// A `rollcall online` process killed with SIGKILL shows offline within 3 s with the default timings.
+        @Test func killedClientProcessGoesOfflineWithinTheDefaultBound() async throws {
+            try await withBroker { broker in
+                let subscriber = try broker.subscriber("gina")
+                let online = try ChildProcess(
+                    ChildProcess.rollcall, ["online", "gina", "--command-endpoint", broker.command])
+                defer { online.terminate() }
+                try subscriber.expect("gina", timeout: 5_000) { $0.status == .online }
+                online.signal(SIGKILL)
+                let killed = ContinuousClock.now
+                let record = try subscriber.expect("gina", timeout: 4_000) { $0.status == .offline }
+                let elapsed = milliseconds(since: killed)
+                print("kill -9 of rollcall online: offline after \(Int(elapsed)) ms (ttl 3000 ms, heartbeat 1000 ms)")
+                #expect(record.reason == .timeout)
+                #expect(elapsed < 3_000 + 100)
+            }
         }
     }
 }
