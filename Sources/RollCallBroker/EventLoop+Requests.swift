@@ -24,9 +24,11 @@ extension EventLoop {
         let bodies = frames.count - bodyStart
         let reply: [UInt8]
         if truncated || bodies != 1 {
-            let count = truncated ? "more than \(Self.maxFrames - bodyStart)" : "\(bodies)"
+            let detail =
+                truncated ? "this message had more than \(Self.maxFrames) frames" : "this message had \(bodies)"
             reply = Codec.encodeReply(
-                id: nil, .failure(PresenceError(.badRequest, "a request is one body frame, this message had \(count)")))
+                id: nil,
+                .failure(PresenceError(.badRequest, "a request is one body frame after the envelope; \(detail)")))
         } else if frames[bodyStart].bytes.count > configuration.maxMessageBytes {
             reply = Codec.encodeReply(
                 id: nil,

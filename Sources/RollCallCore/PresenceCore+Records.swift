@@ -9,13 +9,14 @@ extension PresenceCore {
             seq: state.seq, reason: state.status.isAvailable ? nil : state.reason)
     }
 
-    /// The records of up to ``Configuration/maxQueryUsers`` users.
+    /// The records of up to ``Configuration/maxQueryUsers`` users, each once, in the order first named.
     public func query(_ users: [UserID], now: BrokerTime) -> Result<[PresenceRecord], PresenceError> {
         guard users.count <= configuration.maxQueryUsers else {
             return .failure(
                 PresenceError(.limit, "query names \(users.count) users; at most \(configuration.maxQueryUsers)"))
         }
-        return .success(users.map { record(of: $0, now: now) })
+        var seen = Set<UserID>()
+        return .success(users.filter { seen.insert($0).inserted }.map { record(of: $0, now: now) })
     }
 
     /// Recomputes the record of `user` from its sessions. Returns it if it changed (with a new `seq`), or nothing.
@@ -41,11 +42,13 @@ extension PresenceCore {
         if statusChanged || state.since == nil { state.since = now }
         if status.isAvailable || state.status.isAvailable { state.lastSeen = now }
         if state.status.isAvailable && !status.isAvailable { state.reason = reason }
+        let previous = state.status
         state.status = status
         state.text = text
         state.publishedSessions = state.sessions.count
         state.seq = nextSeq(after: state.seq, now: now)
         users[user] = state
+        noteMemberChange(user, from: previous, to: status, now: now)
         return [record(of: user, now: now)]
     }
 

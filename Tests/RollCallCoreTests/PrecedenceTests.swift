@@ -88,6 +88,11 @@ struct PrecedenceTests {
         _ = h.open("alice")
         let records = try h.core.query(["alice".id, "bob".id], now: h.now).get()
         #expect(records.map(\.status) == [.online, .offline])
+        // A user named twice is answered once, so the reply never repeats a key.
+        #expect(
+            try h.core.query(["bob", "alice", "bob"].map(\.id), now: h.now).get().map(\.user.rawValue) == [
+                "bob", "alice",
+            ])
         #expect(h.core.query(["a", "b", "c", "d"].map(\.id), now: h.now).error?.code == .limit)
     }
 }
