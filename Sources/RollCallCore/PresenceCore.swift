@@ -25,6 +25,14 @@ public struct PresenceCore: Sendable {
         public var maxDeviceLength = 128
         /// The most users one `query` may name.
         public var maxQueryUsers = 1_000
+        /// At most one message per group per this window; changes within it are coalesced.
+        public var groupBatchMilliseconds: Int64 = 50
+        /// Members of one group.
+        public var maxGroupSize = 10_000
+        /// Groups in the whole broker.
+        public var maxGroups = 1_000_000
+        /// Memberships over all groups.
+        public var maxMemberships = 10_000_000
 
         public init() {}
     }
@@ -68,6 +76,11 @@ public struct PresenceCore: Sendable {
     var connections: [ConnectionID: Set<SessionID>] = [:]
     var expiries = Heap<ExpiryCheck>()
     var statusChanges: UInt64 = 0
+    var groups: [GroupID: GroupState] = [:]
+    var memberships: [UserID: Set<GroupID>] = [:]
+    var membershipTotal = 0
+    var groupFlushes = Heap<GroupFlush>()
+    var retiredGroupSeqs: [GroupID: UInt64] = [:]
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
@@ -79,8 +92,13 @@ public struct PresenceCore: Sendable {
     /// The number of users available now.
     public var availableUserCount: Int { users.values.reduce(0) { $0 + ($1.status.isAvailable ? 1 : 0) } }
 
-    /// When ``tick(now:)`` next has work to do, or `nil` when no session is live.
-    public var nextDeadline: BrokerTime? { expiries.min?.at }
+    /// When ``tick(now:)`` or ``flushGroups(now:)`` next has work to do; `nil` when neither has any.
+    public var nextDeadline: BrokerTime? {
+        switch (expiries.min?.at, groupFlushes.min?.at) {
+        case (let a?, let b?): min(a, b)
+        case (let a, let b): a ?? b
+        }
+    }
 }
 
 /// What an event produced: the reply for the client and the records to publish, in order.

@@ -1,0 +1,177 @@
+import HeapModule
+
+/// Groups: named sets of users with an aggregate, published in batches.
+///
+/// A member's change costs work in proportion to the groups that user is in (`memberships` indexes them). Only
+/// groups with something to say are in the flush heap, so a quiet group costs nothing per tick. A group with news
+/// is published at once if its previous message is at least a batch window old, else when the window closes: at
+/// most one message per group per window, and no change waits longer than one window.
+extension PresenceCore {
+    struct GroupState: Sendable {
+        var members: Set<UserID> = []
+        var counts = StatusCounts()
+        var seq: UInt64 = 0
+        var changed: Set<UserID> = []
+        var removed: Set<UserID> = []
+        var lastPublished: BrokerTime?
+        var flushAt: BrokerTime?
+    }
+
+    struct GroupFlush: Comparable, Sendable {
+        var at: BrokerTime
+        var group: GroupID
+        static func < (lhs: GroupFlush, rhs: GroupFlush) -> Bool { lhs.at < rhs.at }
+    }
+
+    /// The number of groups and of memberships over all groups.
+    public var groupCount: Int { groups.count }
+    public var membershipCount: Int { membershipTotal }
+
+    /// Defines, edits or reads a group, and answers its aggregate and every member's record.
+    public mutating func group(_ id: GroupID, _ edit: GroupEdit, now: BrokerTime) -> Result<
+        GroupSnapshot, PresenceError
+    > {
+        if let error = validate(edit, of: id) { return .failure(error) }
+        guard groups[id] != nil || (edit.members != nil || !edit.add.isEmpty) else {
+            return .success(snapshot(of: id, now: now))  // reading, or removing from, a group that does not exist
+        }
+        let existed = groups[id] != nil
+        var state = groups.removeValue(forKey: id) ?? GroupState(seq: retiredGroupSeqs.removeValue(forKey: id) ?? 0)
+        let target = edit.members.map(Set.init) ?? state.members.union(edit.add).subtracting(edit.remove)
+        let added = target.subtracting(state.members)
+        let taken = state.members.subtracting(target)
+        for user in added {
+            state.counts[status(of: user)] += 1
+            memberships[user, default: []].insert(id)
+        }
+        for user in taken {
+            state.counts[status(of: user)] -= 1
+            memberships[user]?.remove(id)
+            if memberships[user]?.isEmpty == true { memberships[user] = nil }
+        }
+        membershipTotal += added.count - taken.count
+        state.members = target
+        state.changed.formUnion(added)
+        state.changed.subtract(taken)
+        state.removed.formUnion(taken)
+        state.removed.subtract(added)
+        let changed = !added.isEmpty || !taken.isEmpty || !existed
+        if changed { state.seq = nextSeq(after: state.seq, now: now) }
+        groups[id] = state
+        if changed { scheduleFlush(id, now: now) }
+        return .success(snapshot(of: id, now: now))
+    }
+
+    /// Deletes a group. Returns the deletion message to publish, or nothing if there was no such group.
+    public mutating func ungroup(_ id: GroupID, now: BrokerTime) -> GroupUpdate? {
+        guard let state = groups.removeValue(forKey: id) else { return nil }
+        for user in state.members {
+            memberships[user]?.remove(id)
+            if memberships[user]?.isEmpty == true { memberships[user] = nil }
+        }
+        membershipTotal -= state.members.count
+        let seq = nextSeq(after: state.seq, now: now)
+        if retiredGroupSeqs.count >= 10_000 {
+            // Older retired seqs are below any seq the clock now gives: they no longer need keeping.
+            let floor = nextSeq(after: 0, now: now)
+            retiredGroupSeqs = retiredGroupSeqs.filter { $0.value >= floor }
+        }
+        retiredGroupSeqs[id] = seq
+        return GroupUpdate(group: id, counts: StatusCounts(), changed: [], removed: [], seq: seq, deleted: true)
+    }
+
+    /// The group's aggregate and every member's record; an unknown group has no members and seq 0.
+    public func snapshot(of id: GroupID, now: BrokerTime) -> GroupSnapshot {
+        guard let state = groups[id] else {
+            return GroupSnapshot(group: id, counts: StatusCounts(), members: [], seq: retiredGroupSeqs[id] ?? 0)
+        }
+        return GroupSnapshot(
+            group: id, counts: state.counts, members: state.members.sorted().map { record(of: $0, now: now) },
+            seq: state.seq)
+    }
+
+    /// The message a new subscriber of `group/<id>/` gets at once: the aggregate with no changes.
+    public func groupHeader(of id: GroupID) -> GroupUpdate {
+        guard let state = groups[id] else {
+            return GroupUpdate(
+                group: id, counts: StatusCounts(), changed: [], removed: [], seq: retiredGroupSeqs[id] ?? 0)
+        }
+        return GroupUpdate(group: id, counts: state.counts, changed: [], removed: [], seq: state.seq)
+    }
+
+    /// Publishes every group whose batch window has closed.
+    public mutating func flushGroups(now: BrokerTime) -> [GroupUpdate] {
+        var updates: [GroupUpdate] = []
+        while let flush = groupFlushes.min, flush.at <= now {
+            groupFlushes.removeMin()
+            guard var state = groups[flush.group], state.flushAt == flush.at else { continue }
+            updates.append(
+                GroupUpdate(
+                    group: flush.group, counts: state.counts,
+                    changed: state.changed.sorted().map { record(of: $0, now: now) }, removed: state.removed.sorted(),
+                    seq: state.seq))
+            state.changed = []
+            state.removed = []
+            state.flushAt = nil
+            state.lastPublished = now
+            groups[flush.group] = state
+        }
+        return updates
+    }
+
+    /// Records that a member's record changed (and its status, from `old` to `new`) in every group it belongs to.
+    mutating func noteMemberChange(_ user: UserID, from old: Status, to new: Status, now: BrokerTime) {
+        guard let ids = memberships[user] else { return }
+        for id in ids {
+            guard var state = groups.removeValue(forKey: id) else { continue }
+            if old != new {
+                state.counts[old] -= 1
+                state.counts[new] += 1
+            }
+            state.changed.insert(user)
+            state.seq = nextSeq(after: state.seq, now: now)
+            groups[id] = state
+            scheduleFlush(id, now: now)
+        }
+    }
+
+    private mutating func scheduleFlush(_ id: GroupID, now: BrokerTime) {
+        guard let state = groups[id], state.flushAt == nil else { return }
+        let window = configuration.groupBatchMilliseconds
+        let at = max(now, state.lastPublished.map { $0 + window } ?? now)
+        groups[id]!.flushAt = at
+        groupFlushes.insert(GroupFlush(at: at, group: id))
+    }
+
+    private func status(of user: UserID) -> Status { users[user]?.status ?? .offline }
+
+    private func validate(_ edit: GroupEdit, of id: GroupID) -> PresenceError? {
+        if edit.members != nil && !(edit.add.isEmpty && edit.remove.isEmpty) {
+            return PresenceError(.badRequest, "give either members or add/remove, not both")
+        }
+        for (name, list) in [("members", edit.members ?? []), ("add", edit.add), ("remove", edit.remove)] {
+            if list.count > configuration.maxGroupSize {
+                return PresenceError(
+                    .limit, "'\(name)' names \(list.count) users; a group holds at most \(configuration.maxGroupSize)")
+            }
+            if Set(list).count != list.count { return PresenceError(.badRequest, "'\(name)' lists a user twice") }
+        }
+        if !Set(edit.add).isDisjoint(with: edit.remove) {
+            return PresenceError(.badRequest, "a user is both in 'add' and in 'remove'")
+        }
+        let current = groups[id]?.members ?? []
+        let size = edit.members.map(\.count) ?? current.union(edit.add).subtracting(edit.remove).count
+        if size > configuration.maxGroupSize {
+            return PresenceError(
+                .limit, "group \(id) would have \(size) members; at most \(configuration.maxGroupSize)")
+        }
+        if groups[id] == nil && !edit.isReadOnly && groups.count >= configuration.maxGroups {
+            return PresenceError(.limit, "the broker holds its maximum of \(configuration.maxGroups) groups")
+        }
+        if membershipTotal - current.count + size > configuration.maxMemberships {
+            return PresenceError(
+                .limit, "the broker holds its maximum of \(configuration.maxMemberships) group memberships")
+        }
+        return nil
+    }
+}
