@@ -49,7 +49,7 @@ extension EventLoop {
 
     /// Decodes a body, runs it through the core, publishes what changed and returns the encoded reply.
     func respond(to body: [UInt8]) -> [UInt8] {
-        switch Codec.decodeRequest(body, maxQueryUsers: configuration.presence.maxQueryUsers) {
+        switch Codec.decodeRequest(body, limits: configuration.presence) {
         case .failure(let rejection):
             logger.debug("request rejected", metadata: ["code": "\(rejection.error.code.rawValue)"])
             return Codec.encodeReply(id: rejection.id, .failure(rejection.error))
@@ -85,6 +85,16 @@ extension EventLoop {
         case .ping:
             return .success(
                 .ping(BrokerInfo(broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now)))
+        case .group(let group, let edit):
+            // Group messages go out from the loop's flush, batched; the reply answers at once.
+            return core.group(group, edit, now: now).map(Reply.group)
+        case .ungroup(let group):
+            let deletion = core.ungroup(group, now: now)
+            if let deletion {
+                publish(deletion)
+                logger.debug("group deleted", metadata: ["group": "\(group)"])
+            }
+            return .success(.ungroup(deleted: deletion != nil))
         }
     }
 }

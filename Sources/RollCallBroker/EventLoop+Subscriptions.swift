@@ -5,7 +5,7 @@ import ZeroMQ
 
 extension EventLoop {
     /// Reads subscription changes from the XPUB and sends a new subscriber of `presence/<user>/` that user's record
-    /// at once (last value on subscribe). XPUB_VERBOSE passes every subscription, also a topic's second subscriber.
+    /// at once (last value on subscribe), and a new subscriber of `group/<id>/` the group's aggregate. XPUB_VERBOSE passes every subscription, also a topic's second subscriber.
     func handleSubscriptions() throws {
         for _ in 0..<Self.batch {
             guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1) else { return }
@@ -17,6 +17,9 @@ extension EventLoop {
                 publish([core.record(of: user, now: clock.now())])
             case .allPresence:
                 logger.debug("subscribed to every user")
+            case .group(let group):
+                logger.debug("subscribed", metadata: ["topic": "\(Topic.group(group).text)"])
+                publish(core.groupHeader(of: group))
             case nil:
                 break
             }

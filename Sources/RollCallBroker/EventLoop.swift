@@ -47,22 +47,29 @@ final class EventLoop {
             if ready[2] { try wake.drain() }
             if ready[0] { try handleRequests() }
             if ready[1] { try handleSubscriptions() }
-            publish(core.tick(now: clock.now()))
+            let now = clock.now()
+            publish(core.tick(now: now))
+            for update in core.flushGroups(now: now) { publish(update) }
         }
         logger.info("event loop stopping", metadata: ["sessions": "\(core.sessionCount)"])
     }
 
     /// Sends records to their users' topics.
     func publish(_ records: [PresenceRecord]) {
-        for record in records {
-            let topic = Topic.presence(record.user).bytes
-            let body = Codec.encodeRecord(record)
-            do {
-                // XPUB never blocks: a subscriber over its high-water mark misses the message, the loop goes on.
-                if try xpub.send(topic, more: true) { try xpub.send(body) }
-            } catch {
-                logger.error("publishing failed", metadata: ["user": "\(record.user)", "error": "\(error)"])
-            }
+        for record in records { send(Topic.presence(record.user), Codec.encodeRecord(record)) }
+    }
+
+    /// Sends a group message to the group's topic.
+    func publish(_ update: GroupUpdate) {
+        send(Topic.group(update.group), Codec.encodeGroupUpdate(update))
+    }
+
+    private func send(_ topic: Topic, _ body: [UInt8]) {
+        do {
+            // XPUB never blocks: a subscriber over its high-water mark misses the message, the loop goes on.
+            if try xpub.send(topic.bytes, more: true) { try xpub.send(body) }
+        } catch {
+            logger.error("publishing failed", metadata: ["topic": "\(topic.text)", "error": "\(error)"])
         }
     }
 }

@@ -67,6 +67,17 @@ public final class CommandClient {
         try decoding { try Codec.decodeQuery(try call(.query(users: users))) }
     }
 
+    /// Defines, edits or (with an empty edit) reads a group; answers the aggregate and every member's record.
+    public func group(_ group: GroupID, _ edit: GroupEdit = GroupEdit()) throws -> GroupSnapshot {
+        try decoding { try Codec.decodeGroupSnapshot(try call(.group(group, edit))) }
+    }
+
+    /// Deletes a group; answers whether it existed.
+    @discardableResult
+    public func ungroup(_ group: GroupID) throws -> Bool {
+        try call(.ungroup(group))["deleted"] == .bool(true)
+    }
+
     public func ping() throws -> BrokerInfo {
         try decoding { try Codec.decodeBrokerInfo(try call(.ping)) }
     }

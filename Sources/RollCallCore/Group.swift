@@ -70,6 +70,13 @@ public struct GroupSnapshot: Equatable, Sendable {
     public var counts: StatusCounts
     public var members: [PresenceRecord]
     public var seq: UInt64
+
+    public init(group: GroupID, counts: StatusCounts, members: [PresenceRecord], seq: UInt64) {
+        self.group = group
+        self.counts = counts
+        self.members = members
+        self.seq = seq
+    }
 }
 
 /// A message on `group/<id>/`: the aggregate, the members whose records changed or who were added since the

@@ -49,6 +49,19 @@ extension Codec {
             writer.endArray()
         case .ping:
             break
+        case .group(let group, let edit):
+            writer.key("group")
+            writer.string(group.rawValue)
+            for (name, list) in [("members", edit.members), ("add", edit.add), ("remove", edit.remove)] {
+                guard let list, !(list.isEmpty && name != "members") else { continue }
+                writer.key(name)
+                writer.beginArray()
+                for user in list { writer.string(user.rawValue) }
+                writer.endArray()
+            }
+        case .ungroup(let group):
+            writer.key("group")
+            writer.string(group.rawValue)
         }
         writer.endObject()
         return writer.bytes
@@ -124,5 +137,48 @@ extension Codec {
             since: fields["since"]?.integer.map(BrokerTime.init),
             lastSeen: fields["last_seen"]?.integer.map(BrokerTime.init),
             sessions: Int(sessions), seq: seq, reason: fields["reason"]?.string.flatMap(OfflineReason.init))
+    }
+}
+
+extension Codec {
+    /// Reads the fields of a `group` reply.
+    public static func decodeGroupSnapshot(_ fields: [String: JSON]) throws -> GroupSnapshot {
+        guard let group = fields["group"]?.string.flatMap(GroupID.init(validating:)),
+            case .object(let members)? = fields["members"], let seq = fields["seq"].flatMap(unsigned)
+        else { throw MalformedMessage(description: "a group reply must carry group, members and seq") }
+        return GroupSnapshot(
+            group: group, counts: try decodeCounts(fields["counts"]),
+            members: try members.values.map(decodeRecord).sorted { $0.user < $1.user }, seq: seq)
+    }
+
+    /// Reads a group message, the body of a `group/<id>/` message.
+    public static func decodeGroupUpdate(_ bytes: [UInt8]) throws -> GroupUpdate {
+        guard case .object(let fields) = try JSONParser.parse(bytes),
+            let group = fields["group"]?.string.flatMap(GroupID.init(validating:)),
+            let seq = fields["seq"].flatMap(unsigned)
+        else { throw MalformedMessage(description: "a group message must carry group and seq") }
+        if fields["deleted"] == .bool(true) {
+            return GroupUpdate(group: group, counts: StatusCounts(), changed: [], removed: [], seq: seq, deleted: true)
+        }
+        guard case .array(let changed)? = fields["changed"], case .array(let removed)? = fields["removed"] else {
+            throw MalformedMessage(description: "a group message must carry changed and removed")
+        }
+        return GroupUpdate(
+            group: group, counts: try decodeCounts(fields["counts"]), changed: try changed.map(decodeRecord),
+            removed: removed.compactMap { $0.string.flatMap(UserID.init(validating:)) }, seq: seq)
+    }
+
+    private static func decodeCounts(_ json: JSON?) throws -> StatusCounts {
+        guard case .object(let fields)? = json else {
+            throw MalformedMessage(description: "group counts must be an object")
+        }
+        var counts = StatusCounts()
+        for status in Status.allCases { counts[status] = Int(fields[status.rawValue]?.integer ?? 0) }
+        return counts
+    }
+
+    private static func unsigned(_ json: JSON) -> UInt64? {
+        guard case .number(let literal) = json else { return nil }
+        return UInt64(literal)
     }
 }

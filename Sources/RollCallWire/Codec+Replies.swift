@@ -60,7 +60,63 @@ extension Codec {
             writer.string(info.epoch)
             writer.key("time")
             writer.integer(info.time.milliseconds)
+        case .group(let snapshot):
+            writeAggregate(group: snapshot.group, counts: snapshot.counts, into: &writer)
+            writer.key("members")
+            writer.beginObject()
+            for record in snapshot.members {
+                writer.key(record.user.rawValue)
+                write(record, into: &writer)
+            }
+            writer.endObject()
+            writer.key("seq")
+            writer.integer(snapshot.seq)
+        case .ungroup(let deleted):
+            writer.key("deleted")
+            writer.bool(deleted)
         }
+    }
+
+    /// Encodes a group message, the body of a `group/<id>/` message.
+    public static func encodeGroupUpdate(_ update: GroupUpdate) -> [UInt8] {
+        var writer = JSONWriter(capacity: 128 + 160 * update.changed.count)
+        writer.beginObject()
+        if update.deleted {
+            writer.key("group")
+            writer.string(update.group.rawValue)
+            writer.key("deleted")
+            writer.bool(true)
+        } else {
+            writeAggregate(group: update.group, counts: update.counts, into: &writer)
+            writer.key("changed")
+            writer.beginArray()
+            for record in update.changed { write(record, into: &writer) }
+            writer.endArray()
+            writer.key("removed")
+            writer.beginArray()
+            for user in update.removed { writer.string(user.rawValue) }
+            writer.endArray()
+        }
+        writer.key("seq")
+        writer.integer(update.seq)
+        writer.endObject()
+        return writer.bytes
+    }
+
+    private static func writeAggregate(group: GroupID, counts: StatusCounts, into writer: inout JSONWriter) {
+        writer.key("group")
+        writer.string(group.rawValue)
+        writer.key("online")
+        writer.integer(counts.available)
+        writer.key("total")
+        writer.integer(counts.total)
+        writer.key("counts")
+        writer.beginObject()
+        for status in Status.allCases {
+            writer.key(status.rawValue)
+            writer.integer(counts[status])
+        }
+        writer.endObject()
     }
 
     /// Encodes a presence record, the body of a `presence/<user>/` message.

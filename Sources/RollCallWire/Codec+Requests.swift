@@ -7,7 +7,7 @@ extension Codec {
     /// Decodes one request body. Every failure carries the error code and message to answer with, and the
     /// request's `id` when the body was an object with a scalar `id`.
     public static func decodeRequest(
-        _ body: UnsafeRawBufferPointer, maxQueryUsers: Int = 1_000
+        _ body: UnsafeRawBufferPointer, limits: PresenceCore.Configuration = .init()
     ) -> Result<RequestEnvelope, RequestRejection> {
         let json: JSON
         do {
@@ -29,20 +29,22 @@ extension Codec {
             id = raw
         }
         do {
-            let request = try decodeRequest(Fields(fields), maxQueryUsers: maxQueryUsers)
+            let request = try decodeRequest(Fields(fields), limits: limits)
             return .success(RequestEnvelope(id: id, request: request))
         } catch {
             return .failure(RequestRejection(id: id, error: error))
         }
     }
 
-    public static func decodeRequest(_ body: [UInt8], maxQueryUsers: Int = 1_000) -> Result<
-        RequestEnvelope, RequestRejection
-    > {
-        body.withUnsafeBytes { decodeRequest($0, maxQueryUsers: maxQueryUsers) }
+    public static func decodeRequest(
+        _ body: [UInt8], limits: PresenceCore.Configuration = .init()
+    ) -> Result<RequestEnvelope, RequestRejection> {
+        body.withUnsafeBytes { decodeRequest($0, limits: limits) }
     }
 
-    private static func decodeRequest(_ fields: Fields, maxQueryUsers: Int) throws(PresenceError) -> Request {
+    private static func decodeRequest(
+        _ fields: Fields, limits: PresenceCore.Configuration
+    ) throws(PresenceError) -> Request {
         guard let op = try fields.string("op") else { throw PresenceError(.badRequest, "field 'op' is required") }
         switch op {
         case "hello":
@@ -61,17 +63,20 @@ extension Codec {
         case "bye":
             return .bye(session: try fields.requiredSession())
         case "query":
-            guard let value = fields["users"] else { throw PresenceError(.badRequest, "field 'users' is required") }
-            guard case .array(let elements) = value else {
-                throw PresenceError(.badRequest, "field 'users' must be an array of user ids, not \(value.typeName)")
-            }
-            guard elements.count <= maxQueryUsers else {
-                throw PresenceError(.limit, "query names \(elements.count) users; at most \(maxQueryUsers)")
-            }
-            return .query(
-                users: try elements.map { (element) throws(PresenceError) in try user(element, field: "users") })
+            guard fields["users"] != nil else { throw PresenceError(.badRequest, "field 'users' is required") }
+            return .query(users: try fields.users("users", max: limits.maxQueryUsers, what: "a query names")!)
         case "ping":
             return .ping
+        case "group":
+            let max = limits.maxGroupSize
+            return .group(
+                try fields.requiredGroup(),
+                GroupEdit(
+                    members: try fields.users("members", max: max, what: "a group holds"),
+                    add: try fields.users("add", max: max, what: "a group holds") ?? [],
+                    remove: try fields.users("remove", max: max, what: "a group holds") ?? []))
+        case "ungroup":
+            return .ungroup(try fields.requiredGroup())
         default:
             throw PresenceError(.unknownOp, "unknown op '\(op)'")
         }
@@ -132,6 +137,30 @@ struct Fields {
     func requiredUser(_ name: String) throws(PresenceError) -> UserID {
         guard let value = self[name] else { throw PresenceError(.badRequest, "field '\(name)' is required") }
         return try Codec.user(value, field: name)
+    }
+
+    /// A list of user ids, `nil` when absent; the length is checked before the ids are read.
+    func users(_ name: String, max: Int, what: String) throws(PresenceError) -> [UserID]? {
+        guard let value = self[name] else { return nil }
+        guard case .array(let elements) = value else {
+            throw PresenceError(.badRequest, "field '\(name)' must be an array of user ids, not \(value.typeName)")
+        }
+        guard elements.count <= max else {
+            throw PresenceError(.limit, "'\(name)' names \(elements.count) users; \(what) at most \(max)")
+        }
+        return try elements.map { (element) throws(PresenceError) in try Codec.user(element, field: name) }
+    }
+
+    func requiredGroup() throws(PresenceError) -> GroupID {
+        guard let value = self["group"] else { throw PresenceError(.badRequest, "field 'group' is required") }
+        guard let text = value.string else {
+            throw PresenceError(.badRequest, "field 'group' must be a string, not \(value.typeName)")
+        }
+        guard let group = GroupID(validating: text) else {
+            throw PresenceError(
+                .badGroup, "invalid group id \(Codec.quoted(text)): 1 to 128 bytes of A-Z a-z 0-9 . _ @ + -")
+        }
+        return group
     }
 
     func requiredSession() throws(PresenceError) -> SessionID {

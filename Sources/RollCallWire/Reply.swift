@@ -10,6 +10,10 @@ public enum Reply: Equatable, Sendable {
     case query([PresenceRecord])
     /// `ping`: who the broker is.
     case ping(BrokerInfo)
+    /// `group`: the aggregate and every member's record.
+    case group(GroupSnapshot)
+    /// `ungroup`: whether there was such a group.
+    case ungroup(deleted: Bool)
 }
 
 /// The broker's identity, as `ping` answers it.

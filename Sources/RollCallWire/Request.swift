@@ -8,6 +8,8 @@ public enum Request: Equatable, Sendable {
     case bye(session: SessionID)
     case query(users: [UserID])
     case ping
+    case group(GroupID, GroupEdit)
+    case ungroup(GroupID)
 
     /// The `op` that names the request on the wire.
     public var op: String {
@@ -18,6 +20,8 @@ public enum Request: Equatable, Sendable {
         case .bye: "bye"
         case .query: "query"
         case .ping: "ping"
+        case .group: "group"
+        case .ungroup: "ungroup"
         }
     }
 
@@ -25,7 +29,7 @@ public enum Request: Equatable, Sendable {
     public var session: SessionID? {
         switch self {
         case .heartbeat(let session), .status(let session, _, _), .bye(let session): session
-        case .hello, .query, .ping: nil
+        case .hello, .query, .ping, .group, .ungroup: nil
         }
     }
 }

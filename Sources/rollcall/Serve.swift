@@ -39,6 +39,18 @@ struct Serve: AsyncParsableCommand {
         help: "Updates queued per subscriber before its updates are dropped. Env: ROLLCALL_UPDATE_HWM. Default: 10000.")
     var updateHwm: Int32?
 
+    @Option(help: "At most one message per group per this window, ms. Env: ROLLCALL_GROUP_BATCH_MS. Default: 50.")
+    var groupBatchMs: Int64?
+
+    @Option(help: "Members of one group. Env: ROLLCALL_MAX_GROUP_SIZE. Default: 10000.")
+    var maxGroupSize: Int?
+
+    @Option(help: "Groups in the broker. Env: ROLLCALL_MAX_GROUPS. Default: 1000000.")
+    var maxGroups: Int?
+
+    @Option(help: "Memberships over all groups. Env: ROLLCALL_MAX_MEMBERSHIPS. Default: 10000000.")
+    var maxMemberships: Int?
+
     @Option(help: "The broker's id in ping replies. Env: ROLLCALL_BROKER_ID. Default: the host name.")
     var brokerId: String?
 
@@ -58,6 +70,10 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
         c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
+        c.presence.groupBatchMilliseconds = try setting(groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: 50)
+        c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: 10_000)
+        c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: 1_000_000)
+        c.presence.maxMemberships = try setting(maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: 10_000_000)
 
         let p = c.presence
         guard p.heartbeatMilliseconds > 0, p.minTTLMilliseconds > 0 else {
@@ -68,6 +84,9 @@ struct Serve: AsyncParsableCommand {
         }
         guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
             throw ValidationError("--heartbeat-ms must be shorter than --ttl-ms")
+        }
+        guard p.groupBatchMilliseconds >= 0, p.maxGroupSize > 0, p.maxGroups > 0, p.maxMemberships > 0 else {
+            throw ValidationError("--group-batch-ms must be >= 0 and the group limits positive")
         }
         guard c.maxMessageBytes >= 1_024, p.maxSessions > 0, p.maxSessionsPerUser > 0, c.updateHighWaterMark > 0 else {
             throw ValidationError("--max-message-bytes must be at least 1024; session limits and --update-hwm positive")

@@ -172,3 +172,74 @@ struct TopicTests {
 extension String {
     var id: UserID { UserID(validating: self)! }
 }
+
+@Suite("Group codec")
+struct GroupCodecTests {
+    /// group and ungroup decode with their lists; bad ids, wrong types and oversized lists are rejected.
+    @Test func decodesGroupRequests() throws {
+        let decoded = try Codec.decodeRequest(
+            Array(#"{"op":"group","group":"team-7","add":["a"],"remove":["b"]}"#.utf8)
+        )
+        .get()
+        #expect(decoded.request == .group(GroupID(validating: "team-7")!, GroupEdit(add: ["a".id], remove: ["b".id])))
+        #expect(
+            try Codec.decodeRequest(Array(#"{"op":"ungroup","group":"g"}"#.utf8)).get().request
+                == .ungroup(GroupID(validating: "g")!))
+        var small = PresenceCore.Configuration()
+        small.maxGroupSize = 2
+        let cases: [(String, ErrorCode)] = [
+            (#"{"op":"group"}"#, .badRequest),
+            (#"{"op":"group","group":"no way"}"#, .badGroup),
+            (#"{"op":"group","group":5}"#, .badRequest),
+            (#"{"op":"group","group":"g","members":"a,b"}"#, .badRequest),
+            (#"{"op":"group","group":"g","members":["a",1]}"#, .badRequest),
+            (#"{"op":"group","group":"g","add":["bad id"]}"#, .badUser),
+            (#"{"op":"group","group":"g","members":["a","b","c"]}"#, .limit),
+            (#"{"op":"ungroup","group":""}"#, .badGroup),
+        ]
+        for (body, code) in cases {
+            #expect(Codec.decodeRequest(Array(body.utf8), limits: small).error?.error.code == code, "\(body)")
+        }
+    }
+
+    /// Group messages and snapshots encode every documented field and decode back.
+    @Test func groupMessagesRoundTrip() throws {
+        let record = PresenceRecord(
+            user: "a".id, status: .online, since: BrokerTime(milliseconds: 1), lastSeen: BrokerTime(milliseconds: 2),
+            sessions: 1, seq: 9)
+        let update = GroupUpdate(
+            group: GroupID(validating: "g")!, counts: StatusCounts(online: 1, away: 2, offline: 2), changed: [record],
+            removed: ["b".id], seq: 42)
+        let text = String(decoding: Codec.encodeGroupUpdate(update), as: UTF8.self)
+        #expect(
+            text.hasPrefix(
+                #"{"group":"g","online":3,"total":5,"counts":{"online":1,"busy":0,"away":2,"offline":2},"changed":[{"user":"a""#
+            ))
+        #expect(text.hasSuffix(#""removed":["b"],"seq":42}"#))
+        #expect(try Codec.decodeGroupUpdate(Codec.encodeGroupUpdate(update)) == update)
+        var deleted = update
+        deleted.deleted = true
+        #expect(
+            String(decoding: Codec.encodeGroupUpdate(deleted), as: UTF8.self)
+                == #"{"group":"g","deleted":true,"seq":42}"#)
+        let snapshot = GroupSnapshot(group: update.group, counts: update.counts, members: [record], seq: 7)
+        let reply = try Codec.decodeReply(Codec.encodeReply(id: nil, .success(.group(snapshot))))
+        #expect(try Codec.decodeGroupSnapshot(reply.result.get()) == snapshot)
+        #expect(try reply.result.get()["total"]?.integer == 5)
+    }
+
+    /// Group topics end with a slash and name one group.
+    @Test func groupTopics() {
+        #expect(Topic(subscription: Array("group/team-7/".utf8)) == .group(GroupID(validating: "team-7")!))
+        #expect(Topic(subscription: Array("group/team".utf8)) == nil)
+        #expect(Topic(subscription: Array("group/".utf8)) == nil)
+        #expect(Topic.group(GroupID(validating: "x")!).text == "group/x/")
+    }
+}
+
+extension Result {
+    var error: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}

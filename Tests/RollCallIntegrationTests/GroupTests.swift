@@ -1,0 +1,254 @@
+import Foundation
+import RollCallClient
+import RollCallCore
+import RollCallWire
+import Synchronization
+import Testing
+import ZeroMQ
+
+/// A SUB socket on `group/<id>/` topics, reading group messages.
+final class GroupSubscriber {
+    let context: Context
+    let socket: Socket
+
+    /// Subscribes and waits for each group's aggregate, so the subscriptions are known to be live.
+    init(_ broker: TestBroker, _ groups: String...) throws {
+        context = try Context()
+        socket = try rawSocket(.sub, broker.update, context: context)
+        for group in groups {
+            try socket.set(.subscribe(Array("group/\(group)/".utf8)))
+            _ = try next(timeout: 3_000)
+        }
+    }
+
+    func next(timeout: Int) throws -> GroupUpdate? {
+        guard let frames = try socket.receive(timeout: timeout), frames.count == 2 else { return nil }
+        return try Codec.decodeGroupUpdate(frames[1])
+    }
+
+    func collect(for milliseconds: Int) throws -> [GroupUpdate] {
+        var updates: [GroupUpdate] = []
+        let deadline = ContinuousClock.now + .milliseconds(milliseconds)
+        while ContinuousClock.now < deadline {
+            if let update = try next(timeout: 10) { updates.append(update) }
+        }
+        return updates
+    }
+}
+
+extension String {
+    var group: GroupID { GroupID(validating: self)! }
+}
+
+extension Integration {
+    @Suite("Groups over TCP")
+    struct GroupTests {
+        /// Five members with three online read "3 of 5"; one going offline shows as 2 of 5 within the window.
+        @Test func threeOfFiveThenTwo() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                var sessions: [SessionID] = []
+                for user in ["ann", "ben", "cat"] { sessions.append(try client.hello(.init(user: user.id)).session) }
+                let members = ["ann", "ben", "cat", "dan", "eve"].map(\.id)
+                let snapshot = try client.group("team-7".group, GroupEdit(members: members))
+                #expect(snapshot.counts.available == 3 && snapshot.counts.total == 5)
+                #expect(snapshot.members.count == 5)
+                #expect(snapshot.members.first { $0.user == "dan".id } == .unknown("dan".id))
+
+                let subscriber = try GroupSubscriber(broker, "team-7")
+                pause(milliseconds: 60)  // let the creation message's window pass
+                _ = try subscriber.collect(for: 10)
+                let start = ContinuousClock.now
+                try client.bye(sessions[1])
+                let update = try #require(try subscriber.next(timeout: 1_000))
+                let elapsed = milliseconds(since: start)
+                print("group: member offline to group message in \(String(format: "%.1f", elapsed)) ms (window 50 ms)")
+                #expect(update.counts.available == 2 && update.counts.total == 5)
+                #expect(update.changed.map(\.user.rawValue) == ["ben"])
+                #expect(update.changed[0].status == .offline)
+                #expect(elapsed < 50 + 25)
+                #expect(update.seq > snapshot.seq)
+            }
+        }
+
+        /// A new subscriber gets the aggregate at once with no changes; an unknown group answers total 0.
+        @Test func lastValueOnSubscribe() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                _ = try client.hello(.init(user: "ann".id, status: .away))
+                _ = try client.group("g".group, GroupEdit(members: ["ann".id, "ben".id]))
+                let context = try Context()
+                let sub = try rawSocket(.sub, broker.update, context: context)
+                try sub.set(.subscribe(Array("group/g/".utf8)))
+                let header = try Codec.decodeGroupUpdate(try #require(try sub.receive(timeout: 3_000))[1])
+                #expect(header.counts == StatusCounts(away: 1, offline: 1))
+                #expect(header.changed.isEmpty && header.removed.isEmpty && !header.deleted)
+                try sub.set(.subscribe(Array("group/unknown/".utf8)))
+                let unknown = try Codec.decodeGroupUpdate(try #require(try sub.receive(timeout: 3_000))[1])
+                #expect(unknown.group == "unknown".group && unknown.counts.total == 0)
+            }
+        }
+
+        /// A member in several groups updates each of them, and no other group.
+        @Test func memberOfSeveralGroups() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                _ = try client.group("g1".group, GroupEdit(members: ["ann".id, "ben".id]))
+                _ = try client.group("g2".group, GroupEdit(members: ["ann".id]))
+                _ = try client.group("g3".group, GroupEdit(members: ["ben".id]))
+                let subscriber = try GroupSubscriber(broker, "g1", "g2", "g3")
+                pause(milliseconds: 60)
+                _ = try subscriber.collect(for: 10)
+                _ = try client.hello(.init(user: "ann".id))
+                let updates = try subscriber.collect(for: 200)
+                #expect(Set(updates.map(\.group.rawValue)) == ["g1", "g2"])
+                #expect(updates.allSatisfy { $0.counts.online == 1 && $0.changed.map(\.user.rawValue) == ["ann"] })
+            }
+        }
+
+        /// 1,000 members changing within about 20 ms arrive as a few coalesced messages whose union is complete
+        /// and whose last counts are right.
+        @Test func burstIsCoalesced() async throws {
+            try await withBroker({ $0.presence.maxGroupSize = 1_000 }) { broker in
+                let users = (0..<1_000).map { "m\($0)".id }
+                let client = try broker.client()
+                for chunk in stride(from: 0, to: 1_000, by: 250) {
+                    _ = try client.group("big".group, GroupEdit(add: Array(users[chunk..<chunk + 250])))
+                }
+                let subscriber = try GroupSubscriber(broker, "big")
+                pause(milliseconds: 60)
+                _ = try subscriber.collect(for: 10)
+
+                // Pipelined hellos from one DEALER: 1,000 changes as fast as the broker takes them.
+                let context = try Context()
+                let dealer = try rawSocket(.dealer, broker.command, context: context)
+                let start = ContinuousClock.now
+                for user in users { try dealer.send(#"{"op":"hello","user":"\#(user)"}"#, wait: true) }
+                for _ in users { _ = try #require(try dealer.receive(timeout: 3_000)) }
+                let sendTime = milliseconds(since: start)
+                let updates = try subscriber.collect(for: 300)
+                print("group burst: 1000 changes in \(Int(sendTime)) ms arrived as \(updates.count) messages")
+                #expect(updates.count <= 2 + Int(sendTime / 50) + 1)
+                let seen = Set(updates.flatMap { $0.changed.map(\.user) })
+                #expect(seen == Set(users))
+                #expect(updates.last?.counts == StatusCounts(online: 1_000))
+                #expect(zip(updates, updates.dropFirst()).allSatisfy { $0.seq < $1.seq })
+            }
+        }
+
+        /// Edits publish added records and removed ids; deletion publishes deleted; seq grows across re-creation.
+        @Test func editsAndDeletion() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                let created = try client.group("g".group, GroupEdit(members: ["ann".id, "ben".id]))
+                let subscriber = try GroupSubscriber(broker, "g")
+                pause(milliseconds: 60)
+                _ = try subscriber.collect(for: 10)
+                _ = try client.group("g".group, GroupEdit(add: ["cat".id], remove: ["ann".id]))
+                let edit = try #require(try subscriber.next(timeout: 1_000))
+                #expect(edit.changed.map(\.user.rawValue) == ["cat"])
+                #expect(edit.removed.map(\.rawValue) == ["ann"])
+                #expect(edit.counts.total == 2)
+                #expect(try client.group("g".group).members.map(\.user.rawValue) == ["ben", "cat"])
+
+                #expect(try client.ungroup("g".group))
+                let deletion = try #require(try subscriber.next(timeout: 1_000))
+                #expect(deletion.deleted && deletion.seq > edit.seq)
+                #expect(try client.ungroup("g".group) == false)
+                let read = try client.group("g".group)
+                #expect(read.counts.total == 0 && read.members.isEmpty)
+                let again = try client.group("g".group, GroupEdit(members: ["dan".id]))
+                #expect(again.seq > deletion.seq && again.seq > created.seq)
+            }
+        }
+
+        /// Bad ids, duplicates, wrong types and bounds get clear errors and change nothing.
+        @Test func badGroupRequestsChangeNothing() async throws {
+            try await withBroker({ $0.presence.maxGroupSize = 3 }) { broker in
+                let client = try broker.client()
+                let before = try client.group("g".group, GroupEdit(members: ["ann".id, "ben".id]))
+                let context = try Context()
+                let dealer = try rawSocket(.dealer, broker.command, context: context)
+                let cases: [(String, ErrorCode)] = [
+                    (#"{"op":"group","group":"bad id"}"#, .badGroup),
+                    (#"{"op":"group","group":"g","members":["ann","ann"]}"#, .badRequest),
+                    (#"{"op":"group","group":"g","add":["cat"],"remove":["cat"]}"#, .badRequest),
+                    (#"{"op":"group","group":"g","members":["a"],"add":["b"]}"#, .badRequest),
+                    (#"{"op":"group","group":"g","add":"cat"}"#, .badRequest),
+                    (#"{"op":"group","group":"g","add":[{"user":"cat"}]}"#, .badRequest),
+                    (#"{"op":"group","group":"g","add":["c a t"]}"#, .badUser),
+                    (#"{"op":"group","group":"g","add":["cat","dan"]}"#, .limit),
+                    (#"{"op":"group","group":"g","members":["a","b","c","d"]}"#, .limit),
+                    (#"{"op":"ungroup"}"#, .badRequest),
+                ]
+                for (body, code) in cases {
+                    try dealer.send(body, wait: true)
+                    let reply = try #require(try dealer.receive(timeout: 3_000))
+                    let error = try Codec.decodeReply(reply[0]).result.error
+                    #expect(error?.code == code, "\(body)")
+                    #expect(error?.message.isEmpty == false)
+                }
+                let after = try client.group("g".group)
+                #expect(after == before)
+            }
+        }
+
+        /// Several observers of one group each get every update; removing one leaves the others working.
+        @Test func observersOfOneGroup() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                _ = try client.group("g".group, GroupEdit(members: ["ann".id, "ben".id]))
+                let watcher = try PresenceWatcher(endpoint: broker.update)
+                defer { watcher.close() }
+                let seen = Mutex<[Int: [GroupUpdate]]>([:])
+                let tokens = (0..<3).map { index in
+                    watcher.observe(group: "g".group) { update in
+                        seen.withLock { $0[index, default: []].append(update) }
+                    }
+                }
+                let deadline = ContinuousClock.now + .seconds(3)
+                while seen.withLock({ $0.values.count < 3 }) && ContinuousClock.now < deadline {
+                    pause(milliseconds: 5)
+                }
+                pause(milliseconds: 60)
+                _ = try client.hello(.init(user: "ann".id))
+                pause(milliseconds: 150)
+                watcher.remove(tokens[1])
+                pause(milliseconds: 20)
+                _ = try client.hello(.init(user: "ben".id, status: .busy))
+                pause(milliseconds: 150)
+                let byObserver = seen.withLock { $0 }
+                for index in [0, 2] {
+                    let online = byObserver[index, default: []].map(\.counts.available)
+                    #expect(online.last == 2, "observer \(index) saw \(online)")
+                    #expect(online.contains(1))
+                }
+                #expect(byObserver[1, default: []].map(\.counts.available).contains(2) == false)
+                #expect(byObserver[1, default: []].map(\.counts.available).contains(1))
+            }
+        }
+
+        /// `rollcall group --watch` prints the aggregate lines a person reads.
+        @Test func groupCommandPrintsAggregates() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                for user in ["ann", "ben", "cat"] { _ = try client.hello(.init(user: user.id)) }
+                let watch = try ChildProcess(
+                    ChildProcess.rollcall,
+                    [
+                        "group", "team-7", "--members", "ann,ben,cat,dan,eve", "--watch", "--command-endpoint",
+                        broker.command, "--update-endpoint", broker.update,
+                    ])
+                defer { watch.terminate() }
+                try watch.waitForOutput(containing: "team-7: 3 of 5 online")
+                pause(milliseconds: 300)
+                let dan = try client.hello(.init(user: "dan".id)).session
+                try watch.waitForOutput(containing: "team-7: 4 of 5 online (+dan)")
+                try client.bye(dan)
+                try watch.waitForOutput(containing: "team-7: 3 of 5 online (-dan)")
+                watch.signal(SIGINT)
+                #expect(try watch.waitForExit(timeout: 2_000) == 0)
+            }
+        }
+    }
+}
