@@ -39,7 +39,8 @@ public final class PresenceWatcher: Sendable {
         let socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
         try socket.connect(endpoint)
-        let (waker, wakeSocket) = try Waker.make(context: context, name: "watcher-\(ObjectIdentifier(socket).hashValue)")
+        let name = "watcher-\(ObjectIdentifier(socket).hashValue)"
+        let (waker, wakeSocket) = try Waker.make(context: context, name: name)
         self.waker = waker
         let handOff = HandOff((socket, wakeSocket, context))
         Thread { [self] in
