@@ -13,6 +13,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.1.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
     ],
     targets: [
@@ -42,11 +43,18 @@ let package = Package(
         ),
         // The client library the CLI and the tests use.
         .target(name: "RollCallClient", dependencies: ["RollCallCore", "RollCallWire", "ZeroMQ"]),
+        // Benchmarks: real broker processes driven over loopback, latency in HDR histograms, CPU and RSS from /proc.
+        .target(
+            name: "RollCallBench",
+            dependencies: [
+                "RollCallCore", "RollCallWire", "ZeroMQ", .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ]
+        ),
         // Argument parsing and wiring only.
         .executableTarget(
             name: "rollcall",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "RollCallBench",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

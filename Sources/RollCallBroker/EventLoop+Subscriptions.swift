@@ -19,7 +19,7 @@ extension EventLoop {
                 logger.debug("subscribed to every user")
             case .group(let group):
                 logger.debug("subscribed", metadata: ["topic": "\(Topic.group(group).text)"])
-                publish(core.groupHeader(of: group))
+                publish(core.groupHeader(of: group, now: clock.now()))
             case nil:
                 break
             }

@@ -64,14 +64,13 @@ public final class PresenceWatcher: Sendable {
         }
     }
 
-    /// Stops calling the observer; the topic is unsubscribed when its last observer goes.
+    /// Stops calling the observer. libzmq counts subscriptions, one per observer here, so each removal takes one
+    /// back: the topic is unsubscribed when its last observer goes.
     public func remove(_ token: Token) {
         observers.withLock { state in
-            state.byTopic[token.topic.text]?[token.id] = nil
-            if state.byTopic[token.topic.text]?.isEmpty == true {
-                state.byTopic[token.topic.text] = nil
-                state.pending.append((token.topic, false))
-            }
+            guard state.byTopic[token.topic.text]?.removeValue(forKey: token.id) != nil else { return }
+            if state.byTopic[token.topic.text]?.isEmpty == true { state.byTopic[token.topic.text] = nil }
+            state.pending.append((token.topic, false))
         }
         waker.wake()
     }

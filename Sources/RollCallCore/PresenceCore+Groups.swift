@@ -55,10 +55,9 @@ extension PresenceCore {
         state.changed.subtract(taken)
         state.removed.formUnion(taken)
         state.removed.subtract(added)
-        let changed = !added.isEmpty || !taken.isEmpty || !existed
-        if changed { state.seq = nextSeq(after: state.seq, now: now) }
+        if !existed { state.seq = nextSeq(after: state.seq, now: now) }
         groups[id] = state
-        if changed { scheduleFlush(id, now: now) }
+        if !added.isEmpty || !taken.isEmpty || !existed { scheduleFlush(id, now: now) }
         return .success(snapshot(of: id, now: now))
     }
 
@@ -90,12 +89,15 @@ extension PresenceCore {
             seq: state.seq)
     }
 
-    /// The message a new subscriber of `group/<id>/` gets at once: the aggregate with no changes.
-    public func groupHeader(of id: GroupID) -> GroupUpdate {
-        guard let state = groups[id] else {
+    /// The message a new subscriber of `group/<id>/` gets at once: the aggregate with no changes. Like every group
+    /// message it takes a new seq, so the batched message that follows it is never mistaken for a duplicate.
+    public mutating func groupHeader(of id: GroupID, now: BrokerTime) -> GroupUpdate {
+        guard var state = groups[id] else {
             return GroupUpdate(
                 group: id, counts: StatusCounts(), changed: [], removed: [], seq: retiredGroupSeqs[id] ?? 0)
         }
+        state.seq = nextSeq(after: state.seq, now: now)
+        groups[id] = state
         return GroupUpdate(group: id, counts: state.counts, changed: [], removed: [], seq: state.seq)
     }
 
@@ -105,6 +107,7 @@ extension PresenceCore {
         while let flush = groupFlushes.min, flush.at <= now {
             groupFlushes.removeMin()
             guard var state = groups[flush.group], state.flushAt == flush.at else { continue }
+            state.seq = nextSeq(after: state.seq, now: now)
             updates.append(
                 GroupUpdate(
                     group: flush.group, counts: state.counts,
@@ -129,7 +132,6 @@ extension PresenceCore {
                 state.counts[new] += 1
             }
             state.changed.insert(user)
-            state.seq = nextSeq(after: state.seq, now: now)
             groups[id] = state
             scheduleFlush(id, now: now)
         }
@@ -165,7 +167,8 @@ extension PresenceCore {
             return PresenceError(
                 .limit, "group \(id) would have \(size) members; at most \(configuration.maxGroupSize)")
         }
-        if groups[id] == nil && !edit.isReadOnly && groups.count >= configuration.maxGroups {
+        let creates = groups[id] == nil && (edit.members != nil || !edit.add.isEmpty)
+        if creates && groups.count >= configuration.maxGroups {
             return PresenceError(.limit, "the broker holds its maximum of \(configuration.maxGroups) groups")
         }
         if membershipTotal - current.count + size > configuration.maxMemberships {

@@ -17,6 +17,12 @@ struct GroupCommand: AsyncParsableCommand {
     @Flag(help: "Keep following the group and print a line per message, until interrupted.") var watch = false
     @Argument(help: "The group id.") var name: String
 
+    func validate() throws {
+        if delete && (members != nil || add != nil || remove != nil || watch) {
+            throw ValidationError("--delete takes no --members, --add, --remove or --watch")
+        }
+    }
+
     func run() async throws {
         guard let group = GroupID(validating: name) else {
             throw ValidationError("invalid group id '\(name)': 1 to 128 bytes of A-Z a-z 0-9 . _ @ + -")

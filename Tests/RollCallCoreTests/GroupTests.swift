@@ -68,14 +68,23 @@ struct GroupTests {
         #expect(batch.changed.map(\.user.rawValue) == ["m0", "m1", "m2"])
         #expect(batch.counts == StatusCounts(online: 2, away: 1, offline: 2))
         #expect(batch.seq > created[0].seq)
+        // The aggregate a new subscriber gets takes its own seq, and the next batch a higher one.
+        let header = h.core.groupHeader(of: "g".group, now: h.now)
+        #expect(header.seq > batch.seq && header.changed.isEmpty)
+        h.clock.advance(60)
+        _ = h.core.bye(session: sessions[4], now: h.now)
+        let nextFlushed = h.core.flushGroups(now: h.now)
+        let next = try #require(nextFlushed.first)
+        #expect(next.seq > header.seq)
 
         // A quiet group costs nothing: no deadline, nothing to flush.
-        #expect(h.core.nextDeadline == h.now + 2_950)  // only the sessions' expiry is left
+        #expect(h.core.nextDeadline == h.now + 2_890)  // only the sessions' expiry is left
         h.clock.advance(500)
         #expect(h.core.flushGroups(now: h.now).isEmpty)
         // After a quiet window, a change goes out at once.
         _ = h.core.bye(session: sessions[3], now: h.now)
         #expect(h.core.flushGroups(now: h.now).first?.changed.map(\.user.rawValue) == ["m3"])
+        #expect(h.core.snapshot(of: "g".group, now: h.now).counts == StatusCounts(online: 0, away: 1, offline: 4))
     }
 
     /// Editing with add and remove publishes the added members' records and the removed ids.
@@ -150,7 +159,7 @@ struct GroupTests {
         #expect(deletion.seq > first.seq)
         #expect(h.core.groupCount == 0 && h.core.membershipCount == 0)
         #expect(h.core.flushGroups(now: h.now).isEmpty)  // the pending creation message died with the group
-        #expect(h.core.groupHeader(of: "g".group).seq == deletion.seq)
+        #expect(h.core.groupHeader(of: "g".group, now: h.now).seq == deletion.seq)
         let again = h.define("g", ["b"])
         #expect(again.seq > deletion.seq)
         // A deleted member no longer updates the group.
@@ -183,6 +192,7 @@ struct GroupTests {
         #expect(h.core.snapshot(of: "g".group, now: h.now) == before)
         _ = h.define("h", ["x", "y"])
         #expect(h.group("third", GroupEdit(members: ["z".id])).error?.code == .limit)  // too many groups
+        #expect((try? h.group("third", GroupEdit(remove: ["z".id])).get())?.seq == 0)  // creates nothing: no limit
         #expect(h.group("g", GroupEdit(add: ["c".id])).error?.code == .limit)  // too many memberships
         #expect(h.core.groupCount == 2 && h.core.membershipCount == 4)
     }

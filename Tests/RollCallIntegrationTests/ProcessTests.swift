@@ -147,5 +147,17 @@ extension Integration {
                 #expect(records.contains { $0.user.rawValue == "py-kim" && $0.status == .offline && $0.reason == .bye })
             }
         }
+
+        /// The Python group example defines a group of five with three online and sees "3 of 5" then "2 of 5".
+        @Test func pythonGroupExampleInterop() async throws {
+            let script = ChildProcess.repositoryRoot.appendingPathComponent("docs/examples/group.py").path
+            try await withBroker { broker in
+                let run = try await ChildProcess.run(
+                    "/usr/bin/env", ["python3", script, broker.command, broker.update, "py-team"])
+                #expect(run.status == 0, "stderr: \(run.stderr)")
+                #expect(run.stdout.contains("py-team: 3 of 5 online"))
+                #expect(run.stdout.contains("py-team: 2 of 5 online"))
+            }
+        }
     }
 }

@@ -1,0 +1,80 @@
+import Foundation
+
+/// A `rollcall serve` child process on free loopback ports, measured from `/proc` as the benchmark runs.
+public final class BrokerProcess {
+    public let pid: Int32
+    public let command: String
+    public let update: String
+    private let process: Process
+
+    /// Starts `executable serve` with `arguments` added; returns once the broker logged its endpoints.
+    public init(executable: String, arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments =
+            ["serve", "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint", "tcp://127.0.0.1:*"] + arguments
+        let stderr = Pipe()
+        process.standardError = stderr
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        self.process = process
+        pid = process.processIdentifier
+        // Read the start-up line, then let the rest of the log drain into nothing.
+        var log = ""
+        let deadline = Date().addingTimeInterval(10)
+        while !log.contains("broker started"), Date() < deadline {
+            let data = stderr.fileHandleForReading.availableData
+            if data.isEmpty { break }
+            log += String(decoding: data, as: UTF8.self)
+        }
+        stderr.fileHandleForReading.readabilityHandler = { _ = $0.availableData }
+        func endpoint(_ key: String) throws -> String {
+            guard let range = log.range(of: "\(key)=tcp://[0-9.]+:[0-9]+", options: .regularExpression) else {
+                process.terminate()
+                throw BenchError("the broker did not start: \(log)")
+            }
+            return String(log[range].dropFirst(key.count + 1))
+        }
+        command = try endpoint("command")
+        update = try endpoint("update")
+    }
+
+    /// CPU seconds the broker has used so far (user + system).
+    public func cpuSeconds() -> Double { ProcessStats.cpuSeconds(pid: pid) }
+
+    /// The broker's resident memory now, in bytes.
+    public func residentBytes() -> Int { ProcessStats.residentBytes(pid: pid) }
+
+    /// Stops the broker with SIGTERM and waits for it.
+    public func stop() {
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
+
+/// Readings from `/proc/<pid>`.
+public enum ProcessStats {
+    /// utime + stime of a process, in seconds.
+    public static func cpuSeconds(pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        // Fields after the command name: state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// VmRSS of a process, in bytes.
+    public static func residentBytes(pid: Int32) -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return 0 }
+        return (Int(line.split(separator: " ")[1]) ?? 0) * 1_024
+    }
+}
+
+public struct BenchError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,69 @@
+import RollCallCore
+import RollCallWire
+import ZeroMQ
+
+/// Sends requests on one DEALER connection with up to `window` of them in flight, the way an app server relays
+/// many sessions over a few connections. Belongs to one thread.
+public final class RequestPipeline {
+    private let context: Context
+    private let socket: Socket
+    private let window: Int
+    private var inFlight = 0
+    public private(set) var sent = 0
+    public private(set) var failures = 0
+    /// The last reply body seen, for requests whose answer matters.
+    public private(set) var lastReply: [UInt8] = []
+    /// When set, every reply body is kept here, in order (replies on one DEALER come back in request order).
+    public var collected: [[UInt8]]?
+
+    public init(endpoint: String, window: Int = 512) throws {
+        context = try Context()
+        socket = try Socket(context, .dealer)
+        try socket.set(.linger(milliseconds: 0))
+        try socket.set(.sendHighWaterMark(100_000))
+        try socket.set(.receiveHighWaterMark(100_000))
+        try socket.connect(endpoint)
+        self.window = window
+    }
+
+    /// Sends one request body, first reading replies if the window is full.
+    public func send(_ body: [UInt8]) throws {
+        while inFlight >= window { try receive(wait: true) }
+        try socket.send(body, wait: true)
+        inFlight += 1
+        sent += 1
+        while inFlight > 0, try receive(wait: false) {}
+    }
+
+    /// Sends one request and returns its reply's fields (waits for every earlier reply first).
+    public func call(_ request: Request) throws -> [String: JSON] {
+        try send(Codec.encodeRequest(request))
+        try drain()
+        let reply = try Codec.decodeReply(lastReply)
+        switch reply.result {
+        case .success(let fields): return fields
+        case .failure(let error): throw BenchError("\(request.op) failed: \(error.code.rawValue): \(error.message)")
+        }
+    }
+
+    /// Waits for every outstanding reply.
+    public func drain() throws {
+        while inFlight > 0 { try receive(wait: true) }
+    }
+
+    @discardableResult
+    private func receive(wait: Bool) throws -> Bool {
+        if wait {
+            var poller = Poller([socket])
+            guard try poller.poll(timeout: 10_000)[0] else { throw BenchError("no reply within 10 s") }
+        }
+        guard let (frames, _) = try socket.receiveMessage() else { return false }
+        inFlight -= 1
+        let body = frames.last?.bytes ?? []
+        // Every reply starts {"ok":true or {"ok":false; counting failures needs no parse.
+        if body.count > 6 && body[6] != UInt8(ascii: "t") { failures += 1 }
+        lastReply = body
+        collected?.append(body)
+        return true
+    }
+}
