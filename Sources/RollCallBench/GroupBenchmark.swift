@@ -188,18 +188,38 @@ final class GroupLatencySubscriber: Sendable {
             guard (try? poller.poll(timeout: 50))?.first == true else { continue }
             while let (frames, _) = try? socket.receiveMessage(), frames.count == 2 {
                 let now = monotonicNanoseconds()
-                guard let update = try? Codec.decodeGroupUpdate(frames[1].bytes) else { continue }
                 measured.messages += 1
-                for record in update.changed {
-                    guard let text = record.text, text.hasPrefix("b"), let sent = UInt64(text.dropFirst()) else {
-                        continue
-                    }
+                // A byte scan, not a parse: the measuring side must cost far less than the broker it measures.
+                for sent in Self.sendTimes(in: frames[1].bytes) {
                     measured.entries += 1
                     measured.latency.record(microseconds: now > sent ? (now - sent) / 1_000 : 0)
                 }
             }
         }
         result.withLock { $0 = measured }
+    }
+
+    private static let marker = Array(#""text":"b"#.utf8)
+
+    /// The send times carried as `"text":"b<nanoseconds>"` in a group message's changed records.
+    static func sendTimes(in body: [UInt8]) -> [UInt64] {
+        var times: [UInt64] = []
+        var index = 0
+        let last = body.count - marker.count
+        while index <= last {
+            if body[index] == marker[0] && body[index..<index + marker.count].elementsEqual(marker) {
+                index += marker.count
+                var value: UInt64 = 0
+                while index < body.count, body[index] >= 0x30, body[index] <= 0x39 {
+                    value = value &* 10 &+ UInt64(body[index] - 0x30)
+                    index += 1
+                }
+                times.append(value)
+            } else {
+                index += 1
+            }
+        }
+        return times
     }
 
     func stop() -> Measured {

@@ -49,7 +49,10 @@ final class EventLoop {
             if ready[1] { try handleSubscriptions() }
             let now = clock.now()
             publish(core.tick(now: now))
-            for update in core.flushGroups(now: now) { publish(update) }
+            var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
+            for update in core.flushGroups(now: now) {
+                send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
+            }
         }
         logger.info("event loop stopping", metadata: ["sessions": "\(core.sessionCount)"])
     }
@@ -64,7 +67,7 @@ final class EventLoop {
         send(Topic.group(update.group), Codec.encodeGroupUpdate(update))
     }
 
-    private func send(_ topic: Topic, _ body: [UInt8]) {
+    func send(_ topic: Topic, _ body: [UInt8]) {
         do {
             // XPUB never blocks: a subscriber over its high-water mark misses the message, the loop goes on.
             if try xpub.send(topic.bytes, more: true) { try xpub.send(body) }

@@ -79,6 +79,14 @@ extension Codec {
 
     /// Encodes a group message, the body of a `group/<id>/` message.
     public static func encodeGroupUpdate(_ update: GroupUpdate) -> [UInt8] {
+        var cache: [UserID: [UInt8]] = [:]
+        return encodeGroupUpdate(update, recordCache: &cache)
+    }
+
+    /// Encodes a group message, taking each member's record from `recordCache` when it is there and adding it
+    /// when not. Records made at one instant are the same in every group, so a flush of many overlapping groups
+    /// encodes each changed member once.
+    public static func encodeGroupUpdate(_ update: GroupUpdate, recordCache: inout [UserID: [UInt8]]) -> [UInt8] {
         var writer = JSONWriter(capacity: 128 + 160 * update.changed.count)
         writer.beginObject()
         if update.deleted {
@@ -90,7 +98,15 @@ extension Codec {
             writeAggregate(group: update.group, counts: update.counts, into: &writer)
             writer.key("changed")
             writer.beginArray()
-            for record in update.changed { write(record, into: &writer) }
+            for record in update.changed {
+                if let cached = recordCache[record.user] {
+                    writer.raw(cached)
+                } else {
+                    let encoded = encodeRecord(record)
+                    recordCache[record.user] = encoded
+                    writer.raw(encoded)
+                }
+            }
             writer.endArray()
             writer.key("removed")
             writer.beginArray()

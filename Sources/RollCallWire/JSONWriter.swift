@@ -84,6 +84,13 @@ public struct JSONWriter {
         needsComma = true
     }
 
+    /// Writes a value that is already encoded JSON.
+    public mutating func raw(_ json: [UInt8]) {
+        separate()
+        bytes.append(contentsOf: json)
+        needsComma = true
+    }
+
     /// Writes any parsed value back out, numbers exactly as they were written.
     public mutating func value(_ json: JSON) {
         switch json {
