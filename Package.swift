@@ -47,7 +47,8 @@ let package = Package(
         .target(
             name: "RollCallBench",
             dependencies: [
-                "RollCallCore", "RollCallWire", "ZeroMQ", .product(name: "Histogram", package: "hdrhistogram-swift"),
+                "RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ",
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),
         // Argument parsing and wiring only.
@@ -67,7 +68,8 @@ let package = Package(
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ", "rollcall",
+                "RollCallBench", "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ",
+                "rollcall",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

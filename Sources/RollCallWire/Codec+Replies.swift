@@ -45,12 +45,7 @@ extension Codec {
             writer.integer(granted.ttlMilliseconds)
         case .query(let records):
             writer.key("presence")
-            writer.beginObject()
-            for record in records {
-                writer.key(record.user.rawValue)
-                write(record, into: &writer)
-            }
-            writer.endObject()
+            writeByUser(records, into: &writer)
         case .ping(let info):
             writer.key("broker")
             writer.string(info.broker)
@@ -63,18 +58,23 @@ extension Codec {
         case .group(let snapshot):
             writeAggregate(group: snapshot.group, counts: snapshot.counts, into: &writer)
             writer.key("members")
-            writer.beginObject()
-            for record in snapshot.members {
-                writer.key(record.user.rawValue)
-                write(record, into: &writer)
-            }
-            writer.endObject()
+            writeByUser(snapshot.members, into: &writer)
             writer.key("seq")
             writer.integer(snapshot.seq)
         case .ungroup(let deleted):
             writer.key("deleted")
             writer.bool(deleted)
         }
+    }
+
+    /// Writes records as one object keyed by user id.
+    private static func writeByUser(_ records: [PresenceRecord], into writer: inout JSONWriter) {
+        writer.beginObject()
+        for record in records {
+            writer.key(record.user.rawValue)
+            write(record, into: &writer)
+        }
+        writer.endObject()
     }
 
     /// Encodes a group message, the body of a `group/<id>/` message.

@@ -1,4 +1,5 @@
 import Foundation
+import RollCallBench
 import RollCallClient
 import RollCallCore
 import RollCallWire
@@ -163,16 +164,10 @@ extension Integration {
 
 /// Random and mutated messages for the flood: garbage bytes, broken JSON, wrong types, odd framing.
 struct FloodGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
+    var random: SplitMix64
+    init(seed: UInt64) { random = SplitMix64(seed: seed) }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    mutating func next() -> UInt64 { random.next() }
 
     static let templates = [
         #"{"op":"hello","user":"good"}"#, #"{"op":"status","session":"x","status":"away"}"#,
