@@ -44,11 +44,13 @@ public final class Broker: Service, Sendable {
         updateEndpoint = try xpub.lastEndpoint()
         epoch = Token.random(bits: 64)
         let (waker, wakeSocket) = try Waker.make(context: context, name: epoch)
+        // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md).
+        let monitor = try router.monitor([.accepted, .disconnected], name: "router-\(epoch)", context: context)
         self.waker = waker
         self.logger = logger
         let eventLoop = EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
-            logger: logger)
+            monitor: monitor, logger: logger)
         self.loop = Mutex(eventLoop)
     }
 

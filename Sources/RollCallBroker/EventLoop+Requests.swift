@@ -37,7 +37,14 @@ extension EventLoop {
                         .tooLarge,
                         "request of \(frames[bodyStart].bytes.count) bytes; at most \(configuration.maxMessageBytes)")))
         } else {
-            reply = respond(to: frames[bodyStart].bytes)
+            let connection: ConnectionID?
+            do {
+                connection = try self.connection(ofDescriptor: frames[bodyStart].sourceFD)
+            } catch {
+                logger.error("reading connection events failed", metadata: ["error": "\(error)"])
+                connection = nil
+            }
+            reply = respond(to: frames[bodyStart].bytes, connection: connection)
         }
         do {
             // ROUTER drops replies to peers that are gone or not reading; it never blocks.
@@ -48,31 +55,32 @@ extension EventLoop {
     }
 
     /// Decodes a body, runs it through the core, publishes what changed and returns the encoded reply.
-    func respond(to body: [UInt8]) -> [UInt8] {
+    func respond(to body: [UInt8], connection: ConnectionID?) -> [UInt8] {
         switch Codec.decodeRequest(body, limits: configuration.presence) {
         case .failure(let rejection):
             logger.debug("request rejected", metadata: ["code": "\(rejection.error.code.rawValue)"])
             return Codec.encodeReply(id: rejection.id, .failure(rejection.error))
         case .success(let envelope):
-            return Codec.encodeReply(id: envelope.id, execute(envelope.request))
+            return Codec.encodeReply(id: envelope.id, execute(envelope.request, connection: connection))
         }
     }
 
-    func execute(_ request: Request) -> Result<Reply, PresenceError> {
+    func execute(_ request: Request, connection: ConnectionID?) -> Result<Reply, PresenceError> {
         let now = clock.now()
         switch request {
         case .hello(let hello):
             let session = SessionID(Token.random(bits: 96))
-            let outcome = core.hello(hello, session: session, now: now)
+            let outcome = core.hello(hello, session: session, connection: connection, now: now)
             publish(outcome.updates)
             if case .success = outcome.reply {
                 logger.debug("session opened", metadata: ["user": "\(hello.user)", "session": "\(session)"])
             }
             return outcome.reply.map(Reply.hello)
         case .heartbeat(let session):
-            return core.heartbeat(session: session, now: now).reply.map { .done }
+            return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
         case .status(let session, let status, let text):
-            let outcome = core.setStatus(session: session, status: status, text: text, now: now)
+            let outcome = core.setStatus(
+                session: session, status: status, text: text, connection: connection, now: now)
             publish(outcome.updates)
             return outcome.reply.map { .done }
         case .bye(let session):

@@ -14,22 +14,27 @@ final class EventLoop {
     let router: Socket
     let xpub: Socket
     let wake: Socket
+    let monitor: Socket
     let logger: Logger
     let clock = BrokerClock()
     var core: PresenceCore
+    /// The connection behind each open file descriptor of the ROUTER (see EventLoop+Connections.swift).
+    var connectionsByDescriptor: [Int32: TrackedConnection] = [:]
+    var connectionCount: UInt64 = 0
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
 
     init(
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
-        logger: Logger
+        monitor: Socket, logger: Logger
     ) {
         self.configuration = configuration
         self.epoch = epoch
         self.router = router
         self.xpub = xpub
         self.wake = wake
+        self.monitor = monitor
         self.logger = logger
         self.core = PresenceCore(configuration: configuration.presence)
     }
@@ -39,12 +44,14 @@ final class EventLoop {
             router.close()
             xpub.close()
             wake.close()
+            monitor.close()
         }
-        var poller = Poller([router, xpub, wake])
+        var poller = Poller([router, xpub, wake, monitor])
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let timeout = core.nextDeadline.map { Int(max(0, $0 - clock.now())) } ?? -1
             let ready = try poller.poll(timeout: timeout)
             if ready[2] { try wake.drain() }
+            if ready[3] { try handleConnectionEvents() }
             if ready[0] { try handleRequests() }
             if ready[1] { try handleSubscriptions() }
             let now = clock.now()

@@ -5,6 +5,7 @@ extension PresenceCore {
     /// Ends every session whose TTL has run out by `now` and returns the records to publish.
     public mutating func tick(now: BrokerTime) -> [PresenceRecord] {
         var expired: [UserID: [SessionID]] = [:]
+        var closed: Set<UserID> = []
         while let check = expiries.min, check.at <= now {
             expiries.removeMin()
             guard let session = sessions[check.session] else { continue }  // ended already
@@ -12,9 +13,13 @@ extension PresenceCore {
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
             } else {
                 expired[session.user, default: []].append(check.session)
+                if session.ending == .closed { closed.insert(session.user) }
             }
         }
-        return expired.keys.sorted().flatMap { user in end(expired[user]!, of: user, now: now, reason: .timeout) }
+        // A session whose connection closed and whose grace ran out ended because of the close, not its TTL.
+        return expired.keys.sorted().flatMap { user in
+            end(expired[user]!, of: user, now: now, reason: closed.contains(user) ? .closed : .timeout)
+        }
     }
 }
 

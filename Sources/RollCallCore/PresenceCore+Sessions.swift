@@ -106,14 +106,24 @@ extension PresenceCore {
         return Outcome(.success(()), updates: end([id], of: user, now: now, reason: .bye))
     }
 
-    /// Ends every session whose latest request came over `connection`. Sessions that have since moved to another
-    /// connection are not touched.
+    /// The sessions whose latest request came over `connection` lose it. Without a grace period they end at once
+    /// (reason `closed`); with one, they end when it runs out unless a request names them first, over any
+    /// connection. Sessions that had moved to another connection are not touched (fencing).
     public mutating func connectionClosed(_ connection: ConnectionID, now: BrokerTime) -> [PresenceRecord] {
         guard let ids = connections.removeValue(forKey: connection) else { return [] }
+        let grace = configuration.offlineGraceMilliseconds
         var byUser: [UserID: [SessionID]] = [:]
         for id in ids {
-            guard let session = sessions[id] else { continue }
-            byUser[session.user, default: []].append(id)
+            guard var session = sessions[id] else { continue }
+            if grace > 0 {
+                session.connection = nil
+                session.ending = .closed
+                session.expiresAt = min(session.expiresAt, now + grace)
+                sessions[id] = session
+                expiries.insert(ExpiryCheck(at: session.expiresAt, session: id))
+            } else {
+                byUser[session.user, default: []].append(id)
+            }
         }
         return byUser.keys.sorted().flatMap { user in end(byUser[user]!, of: user, now: now, reason: .closed) }
     }
@@ -124,6 +134,7 @@ extension PresenceCore {
     mutating func touch(_ id: SessionID, connection: ConnectionID?, now: BrokerTime) -> UserID? {
         guard var session = sessions[id] else { return nil }
         session.expiresAt = now + session.ttl
+        session.ending = nil
         if let connection, connection != session.connection {
             if let old = session.connection { removeFromConnection(old, id) }
             connections[connection, default: []].insert(id)

@@ -23,6 +23,9 @@ public struct PresenceCore: Sendable {
         public var maxTextLength = 256
         /// The longest device name, in bytes.
         public var maxDeviceLength = 128
+        /// How long a session whose connection closed may come back over a new connection before it ends
+        /// (0: it ends at once, reason `closed`).
+        public var offlineGraceMilliseconds: Int64 = 0
         /// The most users one `query` may name.
         public var maxQueryUsers = 1_000
         /// At most one message per group per this window; changes within it are coalesced.
@@ -47,6 +50,8 @@ public struct PresenceCore: Sendable {
         let ttl: Int64
         var expiresAt: BrokerTime
         var connection: ConnectionID?
+        /// Set when the session's connection closed and it waits out the grace period: why it will end.
+        var ending: OfflineReason?
     }
 
     struct User: Sendable {

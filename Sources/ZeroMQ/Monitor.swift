@@ -46,6 +46,9 @@ extension Socket {
         try zmqCheck("zmq_socket_monitor") { zmq_socket_monitor(handle, endpoint, events.rawValue) }
         let pair = try Socket(context, .pair)
         try pair.set(.linger(milliseconds: 0))
+        // No limit on queued events: libzmq drops monitor events past the high-water mark, and a lost
+        // DISCONNECTED would leave a dead connection's sessions to their TTL.
+        try pair.set(.receiveHighWaterMark(0))
         try pair.connect(endpoint)
         return pair
     }

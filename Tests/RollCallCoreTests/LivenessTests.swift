@@ -97,3 +97,55 @@ struct LivenessTests {
         #expect(h.core.connectionClosed(ConnectionID(2), now: h.now).first?.status == .offline)
     }
 }
+
+@Suite("Connection loss with a grace period")
+struct GraceTests {
+    /// With a grace period a closed connection publishes nothing at once; the session ends when it runs out,
+    /// with reason closed.
+    @Test func graceRunsOut() throws {
+        var h = Harness { $0.offlineGraceMilliseconds = 500 }
+        _ = h.open("alice", connection: 1)
+        #expect(h.core.connectionClosed(ConnectionID(1), now: h.now).isEmpty)
+        #expect(h.core.nextDeadline == h.now + 500)
+        h.clock.advance(499)
+        #expect(h.core.tick(now: h.now).isEmpty)
+        h.clock.advance(1)
+        let record = try #require(h.core.tick(now: h.now).first)
+        #expect(record.status == .offline && record.reason == .closed)
+    }
+
+    /// A session that comes back over a new connection within the grace period never goes offline, and its
+    /// new connection's loss is what counts from then on.
+    @Test func comingBackWithinGraceIsSilent() throws {
+        var h = Harness { $0.offlineGraceMilliseconds = 500 }
+        let session = h.open("alice", connection: 1)
+        _ = h.core.connectionClosed(ConnectionID(1), now: h.now)
+        h.clock.advance(300)
+        #expect(h.core.heartbeat(session: session, connection: ConnectionID(2), now: h.now).reply.error == nil)
+        h.clock.advance(2_000)
+        #expect(h.core.tick(now: h.now).isEmpty)
+        #expect(h.record("alice").status == .online)
+        // The TTL still applies, and a later silence ends the session with reason timeout.
+        h.clock.advance(1_000)
+        #expect(h.core.tick(now: h.now).first?.reason == .timeout)
+    }
+
+    /// A grace longer than the remaining TTL still ends the session at its TTL, and says closed.
+    @Test func graceNeverExtendsTheTTL() throws {
+        var h = Harness { $0.offlineGraceMilliseconds = 10_000 }
+        _ = h.open("alice", connection: 1)
+        h.clock.advance(2_000)
+        _ = h.core.connectionClosed(ConnectionID(1), now: h.now)
+        h.clock.advance(1_000)
+        #expect(h.core.tick(now: h.now).first?.reason == .closed)
+    }
+
+    /// Another available session keeps the user online when one connection closes.
+    @Test func anotherSessionKeepsTheUserOnline() throws {
+        var h = Harness()
+        _ = h.open("alice", connection: 1)
+        _ = h.open("alice", status: .away, connection: 2)
+        let record = try #require(h.core.connectionClosed(ConnectionID(1), now: h.now).first)
+        #expect(record.status == .away && record.sessions == 1 && record.reason == nil)
+    }
+}

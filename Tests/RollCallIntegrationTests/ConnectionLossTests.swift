@@ -1,0 +1,119 @@
+import Foundation
+import RollCallClient
+import RollCallCore
+import RollCallWire
+import Testing
+import ZeroMQ
+
+/// A DEALER connection of its own, speaking raw requests; closing it closes its TCP connection.
+final class RawClient {
+    let context: Context
+    let socket: Socket
+
+    init(_ endpoint: String) throws {
+        context = try Context()
+        socket = try rawSocket(.dealer, endpoint, context: context)
+    }
+
+    func call(_ body: String) throws -> [String: JSON] {
+        try socket.send(body, wait: true)
+        guard let reply = try socket.receive(timeout: 3_000) else { throw TestFailure("no reply to \(body)") }
+        return try Codec.decodeReply(reply[0]).result.get()
+    }
+
+    func hello(_ user: String) throws -> String {
+        try call(#"{"op":"hello","user":"\#(user)"}"#)["session"]!.string!
+    }
+
+    func close() { socket.close() }
+}
+
+extension Integration {
+    @Suite("Connection loss over TCP")
+    struct ConnectionLossTests {
+        /// A client whose connection drops and who comes back with the same session over a new connection within
+        /// the grace period produces no offline message at all.
+        @Test func comingBackWithinGraceDoesNotFlicker() async throws {
+            try await withBroker({ $0.presence.offlineGraceMilliseconds = 500 }) { broker in
+                let subscriber = try broker.subscriber("ivy")
+                let first = try RawClient(broker.command)
+                let session = try first.hello("ivy")
+                try subscriber.expect("ivy") { $0.status == .online }
+                first.close()
+                pause(milliseconds: 200)
+                let second = try RawClient(broker.command)
+                _ = try second.call(#"{"op":"heartbeat","session":"\#(session)"}"#)
+                #expect(try subscriber.collect(for: 800).isEmpty)
+                #expect(try broker.client().query(["ivy".id])["ivy".id]?.status == .online)
+            }
+        }
+
+        /// Past the grace period the session ends with reason closed, within the grace plus 50 ms of the drop.
+        @Test func pastGraceGoesOffline() async throws {
+            try await withBroker({ $0.presence.offlineGraceMilliseconds = 300 }) { broker in
+                let subscriber = try broker.subscriber("jack")
+                let client = try RawClient(broker.command)
+                _ = try client.hello("jack")
+                try subscriber.expect("jack") { $0.status == .online }
+                client.close()
+                let dropped = ContinuousClock.now
+                let record = try subscriber.expect("jack", timeout: 2_000) { $0.status == .offline }
+                let elapsed = milliseconds(since: dropped)
+                print("connection closed, grace 300 ms: offline after \(Int(elapsed)) ms")
+                #expect(record.reason == .closed)
+                #expect(elapsed >= 250 && elapsed < 300 + 50)
+            }
+        }
+
+        /// The death of an old connection never ends a session that has moved to a newer one (fencing).
+        @Test func oldConnectionCannotEndAMovedSession() async throws {
+            try await withBroker { broker in
+                let subscriber = try broker.subscriber("kim")
+                let old = try RawClient(broker.command)
+                let session = try old.hello("kim")
+                try subscriber.expect("kim") { $0.status == .online }
+                let new = try RawClient(broker.command)
+                _ = try new.call(#"{"op":"heartbeat","session":"\#(session)"}"#)
+                old.close()
+                #expect(try subscriber.collect(for: 300).isEmpty)
+                new.close()
+                #expect(try subscriber.expect("kim", timeout: 1_000) { $0.status == .offline }.reason == .closed)
+            }
+        }
+
+        /// A user available through another connection stays available when one connection closes.
+        @Test func anotherConnectionKeepsTheUserOnline() async throws {
+            try await withBroker { broker in
+                let subscriber = try broker.subscriber("lea")
+                let phone = try RawClient(broker.command)
+                let laptop = try RawClient(broker.command)
+                _ = try phone.hello("lea")
+                _ = try laptop.hello("lea")
+                try subscriber.expect("lea") { $0.sessions == 2 }
+                phone.close()
+                let record = try subscriber.expect("lea", timeout: 1_000) { $0.sessions == 1 }
+                #expect(record.status == .online && record.reason == nil)
+            }
+        }
+
+        /// Connections that come and go reuse file descriptors; each one's close ends only its own sessions.
+        @Test func reusedDescriptorsAreNotConfused() async throws {
+            try await withBroker { broker in
+                let subscriber = try PresenceSubscriber(endpoint: broker.update)
+                try subscriber.subscribeAll()
+                pause(milliseconds: 100)
+                for round in 0..<30 {
+                    let client = try RawClient(broker.command)
+                    _ = try client.hello("churn\(round)")
+                    client.close()
+                }
+                let steady = try RawClient(broker.command)
+                _ = try steady.hello("steady")
+                pause(milliseconds: 300)
+                let records = try broker.client().query((0..<30).map { "churn\($0)".id } + ["steady".id])
+                #expect((0..<30).allSatisfy { records["churn\($0)".id]?.reason == .closed })
+                #expect(records["steady".id]?.status == .online)
+            }
+        }
+    }
+}
