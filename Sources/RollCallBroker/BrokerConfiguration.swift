@@ -16,6 +16,8 @@ public struct BrokerConfiguration: Sendable {
     public var maxMessageBytes = 65_536
     /// Updates queued per subscriber before the broker drops that subscriber's updates (never waits for it).
     public var updateHighWaterMark: Int32 = 10_000
+    /// How often the broker publishes its own heartbeat on `broker/`.
+    public var brokerHeartbeatMilliseconds: Int64 = 1_000
     /// The broker's id, as `ping` answers it.
     public var brokerID = hostName()
 

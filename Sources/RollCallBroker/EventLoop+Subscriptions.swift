@@ -17,6 +17,8 @@ extension EventLoop {
                 publish([core.record(of: user, now: clock.now())])
             case .allPresence:
                 logger.debug("subscribed to every user")
+            case .broker:
+                publishHeartbeat(now: clock.now())  // a new subscriber learns the epoch at once
             case .group(let group):
                 logger.debug("subscribed", metadata: ["topic": "\(Topic.group(group).text)"])
                 publish(core.groupHeader(of: group, now: clock.now()))

@@ -47,8 +47,10 @@ final class EventLoop {
             monitor.close()
         }
         var poller = Poller([router, xpub, wake, monitor])
+        var nextHeartbeat = clock.now()
         while !stopping.load(ordering: .sequentiallyConsistent) {
-            let timeout = core.nextDeadline.map { Int(max(0, $0 - clock.now())) } ?? -1
+            let deadline = core.nextDeadline.map { min($0, nextHeartbeat) } ?? nextHeartbeat
+            let timeout = Int(max(0, deadline - clock.now()))
             let ready = try poller.poll(timeout: timeout)
             if ready[2] { try wake.drain() }
             if ready[3] { try handleConnectionEvents() }
@@ -60,6 +62,10 @@ final class EventLoop {
             for update in core.flushGroups(now: now) {
                 send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
             }
+            if now >= nextHeartbeat {
+                publishHeartbeat(now: now)
+                nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
+            }
         }
         logger.info("event loop stopping", metadata: ["sessions": "\(core.sessionCount)"])
     }
@@ -67,6 +73,15 @@ final class EventLoop {
     /// Sends records to their users' topics.
     func publish(_ records: [PresenceRecord]) {
         for record in records { send(Topic.presence(record.user), Codec.encodeRecord(record)) }
+    }
+
+    /// Publishes the broker's heartbeat on `broker/`.
+    func publishHeartbeat(now: BrokerTime) {
+        let heartbeat = BrokerHeartbeat(
+            broker: configuration.brokerID, epoch: epoch, time: now,
+            intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
+            usersAvailable: core.availableUserCount, sessions: core.sessionCount)
+        send(.broker, Codec.encodeBrokerHeartbeat(heartbeat))
     }
 
     /// Sends a group message to the group's topic.

@@ -1,3 +1,4 @@
+import Foundation
 import RollCallCore
 import RollCallWire
 import ZeroMQ
@@ -8,26 +9,45 @@ public final class CommandClient {
     /// How long a call waits for its reply.
     public var timeoutMilliseconds: Int
     private let context: Context
-    private let socket: Socket
+    private var socket: Socket
     private var nextID: Int64 = 0
 
     public init(endpoint: String, timeoutMilliseconds: Int = 3_000) throws {
         self.endpoint = endpoint
         self.timeoutMilliseconds = timeoutMilliseconds
         context = try Context()
-        socket = try Socket(context, .dealer)
+        socket = try Self.connect(endpoint, context)
+    }
+
+    /// A DEALER that queues requests only on a live connection (ZMQ_IMMEDIATE): while the broker is unreachable
+    /// a request fails its call instead of waiting in a queue to be delivered, stale, after a reconnection.
+    private static func connect(_ endpoint: String, _ context: Context) throws -> Socket {
+        let socket = try Socket(context, .dealer)
         try socket.set(.linger(milliseconds: 0))
+        try socket.set(.immediate(true))
         try socket.connect(endpoint)
+        return socket
+    }
+
+    /// Drops the connection and anything queued on it, and connects again.
+    public func reconnect() throws {
+        socket.close()
+        socket = try Self.connect(endpoint, context)
     }
 
     /// Sends a request and waits for its reply; replies to earlier, abandoned calls are skipped.
     public func call(_ request: Request) throws -> [String: JSON] {
         nextID += 1
         let id = JSON.number(String(nextID))
-        guard try socket.send(Codec.encodeRequest(request, id: id), wait: true) else {
-            throw ClientError.timedOut(op: request.op, milliseconds: 0)
-        }
         let deadline = Deadline(milliseconds: timeoutMilliseconds)
+        let body = Codec.encodeRequest(request, id: id)
+        // Until the connection is up a send finds no peer: try again until the deadline.
+        while try !socket.send(body) {
+            guard deadline.remaining != nil else {
+                throw ClientError.timedOut(op: request.op, milliseconds: timeoutMilliseconds)
+            }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
         var poller = Poller([socket])
         while let remaining = deadline.remaining {
             guard try poller.poll(timeout: remaining)[0] else { continue }

@@ -4,47 +4,74 @@ import RollCallWire
 import Synchronization
 import ZeroMQ
 
-/// A session that keeps itself alive: it says hello when made, then heartbeats on its own thread at the interval
-/// the broker asked for, sends status changes, and says bye when closed.
+/// A session that keeps itself alive through broker restarts and outages.
+///
+/// It says hello when made, then on its own thread heartbeats at the interval the broker asked for and sends status
+/// changes. When the broker answers `unknown_session` (it restarted, or the session expired) it says hello again
+/// with the status the application last asked for. When the broker does not answer, it retries with capped,
+/// jittered exponential backoff starting at one second; status changes made meanwhile are kept (only the latest)
+/// and sent once the broker answers again. Closing says bye.
 public final class PresenceSession: Sendable {
-    /// The session the broker granted.
-    public let granted: PresenceCore.Granted
+    /// Where the session stands.
+    public enum State: Sendable, Equatable {
+        /// The broker answers; the session is live.
+        case live(SessionID)
+        /// The broker does not answer; retrying.
+        case reconnecting(attempt: Int)
+        /// Closed by the application.
+        case closed
+    }
 
     private struct Shared {
-        var pendingStatus: (Status, String?)?
+        var desired: (status: Status, text: String?)
+        var statusPending = false
         var closing = false
+        var state: State
         var lastError: ClientError?
     }
 
-    private let shared = Mutex(Shared())
+    /// The session the broker granted first.
+    public let granted: PresenceCore.Granted
+    private let shared: Mutex<Shared>
     private let waker: Waker
     private let finished = DispatchSemaphore(value: 0)
+    private let onState: (@Sendable (State) -> Void)?
 
-    /// Says hello over a new connection to `endpoint` and starts heartbeating.
-    public init(endpoint: String, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000) throws {
+    /// Says hello over a new connection to `endpoint` (failing if the broker does not answer) and starts the
+    /// session's thread. `onState` is called on that thread whenever the state changes.
+    public init(
+        endpoint: String, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
+        onState: (@Sendable (State) -> Void)? = nil
+    ) throws {
         let client = try CommandClient(endpoint: endpoint, timeoutMilliseconds: timeoutMilliseconds)
         granted = try client.hello(hello)
+        shared = Mutex(Shared(desired: (hello.status, hello.text), state: .live(granted.session)))
+        self.onState = onState
         let context = try Context()
         let (waker, wakeSocket) = try Waker.make(context: context, name: "session-\(granted.session.rawValue)")
         self.waker = waker
-        let handOff = HandOff((client, wakeSocket, context))
-        let thread = Thread { [self] in
-            let (client, wakeSocket, context) = handOff.take()
-            withExtendedLifetime(context) { self.heartbeat(client: client, wake: wakeSocket) }
-        }
-        thread.start()
+        let handOff = HandOff((client, wakeSocket, context, hello))
+        Thread { [self] in
+            let (client, wakeSocket, context, hello) = handOff.take()
+            withExtendedLifetime(context) { self.run(client: client, wake: wakeSocket, hello: hello) }
+        }.start()
     }
 
-    /// Sets the session's status and text; sent from the session's thread at once.
+    /// Sets the session's status and text; sent at once, or as soon as the broker answers again.
     public func setStatus(_ status: Status, text: String? = nil) {
-        shared.withLock { $0.pendingStatus = (status, text) }
+        shared.withLock {
+            $0.desired = (status, text)
+            $0.statusPending = true
+        }
         waker.wake()
     }
 
-    /// The last error a heartbeat or status change met, if any.
+    public var state: State { shared.withLock { $0.state } }
+
+    /// The last error a request met, if any.
     public var lastError: ClientError? { shared.withLock { $0.lastError } }
 
-    /// Says bye and stops heartbeating. Returns once the bye was answered or timed out.
+    /// Says bye (if the broker answers) and stops. Returns once that is done.
     public func close() {
         shared.withLock { $0.closing = true }
         waker.wake()
@@ -53,38 +80,91 @@ public final class PresenceSession: Sendable {
         waker.close()
     }
 
-    private func heartbeat(client: CommandClient, wake: Socket) {
+    private func run(client: CommandClient, wake: Socket, hello: PresenceCore.Hello) {
         defer { finished.signal() }
-        let session = granted.session
+        var session = granted.session
+        var heartbeat = Int(granted.heartbeatMilliseconds)
         var poller = Poller([wake])
-        var next = Deadline(milliseconds: Int(granted.heartbeatMilliseconds))
+        var next = Deadline(milliseconds: heartbeat)
+        var backoff = Backoff()
+        var reachable = true
         while true {
             _ = try? poller.poll(timeout: next.remaining ?? 0)
             try? wake.drain()
-            let (status, closing) = shared.withLock { state in
-                defer { state.pendingStatus = nil }
-                return (state.pendingStatus, state.closing)
-            }
-            do {
-                if closing {
-                    try client.bye(session)
-                    return
-                }
-                if let (status, text) = status {
-                    try client.setStatus(session, status, text: text)
-                    next = Deadline(milliseconds: Int(granted.heartbeatMilliseconds))
-                } else if next.remaining == nil {
-                    try client.heartbeat(session)
-                    next = Deadline(milliseconds: Int(granted.heartbeatMilliseconds))
-                }
-            } catch let error as ClientError {
-                shared.withLock { $0.lastError = error }
-                if closing { return }
-                next = Deadline(milliseconds: Int(granted.heartbeatMilliseconds))
-            } catch {
-                shared.withLock { $0.lastError = .malformed("\(error)") }
+            let (desired, statusPending, closing) = shared.withLock { ($0.desired, $0.statusPending, $0.closing) }
+            if closing {
+                if reachable { try? client.bye(session) }
+                update(.closed)
                 return
+            }
+            // Between retries only a due attempt counts; a status change waits for it.
+            guard next.remaining == nil || (statusPending && reachable) else { continue }
+            do {
+                if statusPending {
+                    shared.withLock { $0.statusPending = false }
+                    try client.setStatus(session, desired.status, text: desired.text)
+                } else {
+                    try client.heartbeat(session)
+                }
+                reachable = true
+                backoff.reset()
+                next = Deadline(milliseconds: heartbeat)
+                update(.live(session))
+            } catch ClientError.rejected(let error) where error.code == .unknownSession {
+                // The broker restarted or let the session expire: a new session with the status asked for last.
+                var again = hello
+                (again.status, again.text) = desired
+                do {
+                    let granted = try client.hello(again)
+                    session = granted.session
+                    heartbeat = Int(granted.heartbeatMilliseconds)
+                    shared.withLock { $0.statusPending = false }
+                    reachable = true
+                    backoff.reset()
+                    next = Deadline(milliseconds: heartbeat)
+                    update(.live(session))
+                } catch {
+                    next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
+                }
+            } catch {
+                if statusPending { shared.withLock { $0.statusPending = true } }
+                next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
             }
         }
     }
+
+    /// Records a failed attempt and returns when to try again.
+    private func unreachable(
+        _ error: Error, client: CommandClient, backoff: inout Backoff, reachable: inout Bool
+    ) -> Deadline {
+        shared.withLock { $0.lastError = error as? ClientError ?? .malformed("\(error)") }
+        reachable = false
+        try? client.reconnect()  // drop whatever is queued for the old connection
+        let delay = backoff.next()
+        update(.reconnecting(attempt: backoff.attempts))
+        return Deadline(milliseconds: delay)
+    }
+
+    private func update(_ state: State) {
+        let changed = shared.withLock { shared in
+            defer { shared.state = state }
+            return shared.state != state
+        }
+        if changed { onState?(state) }
+    }
+}
+
+/// Capped, jittered exponential backoff: 1 s, 2 s, 4 s ... up to 30 s, each within ±20 %.
+struct Backoff {
+    private(set) var attempts = 0
+    var first = 1_000
+    var cap = 30_000
+
+    mutating func next() -> Int {
+        let base = min(cap, first << min(attempts, 16))
+        attempts += 1
+        return Int(Double(base) * Double.random(in: 0.8...1.2))
+    }
+
+    mutating func reset() { attempts = 0 }
 }

@@ -14,6 +14,20 @@ public final class PresenceWatcher: Sendable {
     public enum Event: Sendable {
         case presence(PresenceRecord)
         case group(GroupUpdate)
+        case broker(BrokerEvent)
+    }
+
+    /// What the watcher knows of the broker, from its heartbeat on `broker/`.
+    public enum BrokerEvent: Sendable, Equatable {
+        /// The first heartbeat arrived.
+        case connected(epoch: String)
+        /// No heartbeat for three intervals: the broker or the network is down, presence may be out of date.
+        case lost
+        /// Heartbeats again, from the same run of the broker.
+        case recovered(epoch: String)
+        /// Heartbeats again, from a new run of the broker (its epoch changed): followed topics were subscribed
+        /// again, so their current state is on its way.
+        case restarted(epoch: String)
     }
 
     /// Identifies an observer, to remove it.
@@ -64,6 +78,20 @@ public final class PresenceWatcher: Sendable {
         }
     }
 
+    /// Calls `observer` with every record of every user (no current state is sent for this subscription).
+    public func observeAll(_ observer: @escaping @Sendable (PresenceRecord) -> Void) -> Token {
+        add(.allPresence) { event in
+            if case .presence(let record) = event { observer(record) }
+        }
+    }
+
+    /// Calls `observer` when the broker's heartbeat arrives first, stops, comes back, or shows a restart.
+    public func observeBroker(_ observer: @escaping @Sendable (BrokerEvent) -> Void) -> Token {
+        add(.broker) { event in
+            if case .broker(let change) = event { observer(change) }
+        }
+    }
+
     /// Stops calling the observer. libzmq counts subscriptions, one per observer here, so each removal takes one
     /// back: the topic is unsubscribed when its last observer goes.
     public func remove(_ token: Token) {
@@ -99,8 +127,10 @@ public final class PresenceWatcher: Sendable {
     private func run(socket: Socket, wake: Socket) {
         defer { finished.signal() }
         var poller = Poller([socket, wake])
+        var broker = BrokerTracker()
         while true {
-            _ = try? poller.poll(timeout: -1)
+            _ = try? poller.poll(timeout: broker.timeout)
+            if let change = broker.checkSilence() { dispatch(.broker(change), topic: Topic.broker.text) }
             try? wake.drain()
             let (changes, stopping) = observers.withLock { state in
                 defer { state.pending = [] }
@@ -112,17 +142,57 @@ public final class PresenceWatcher: Sendable {
             }
             while let (frames, _) = try? socket.receiveMessage(), frames.count == 2 {
                 let topic = String(decoding: frames[0].bytes, as: UTF8.self)
-                let event: Event
-                if topic.hasPrefix(Topic.groupPrefix), let update = try? Codec.decodeGroupUpdate(frames[1].bytes) {
-                    event = .group(update)
+                if topic == Topic.broker.text {
+                    guard let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1].bytes) else { continue }
+                    if let change = broker.received(heartbeat) { dispatch(.broker(change), topic: topic) }
+                } else if topic.hasPrefix(Topic.groupPrefix) {
+                    guard let update = try? Codec.decodeGroupUpdate(frames[1].bytes) else { continue }
+                    dispatch(.group(update), topic: topic)
                 } else if let record = try? Codec.decodeRecord(frames[1].bytes) {
-                    event = .presence(record)
-                } else {
-                    continue
+                    dispatch(.presence(record), topic: topic)
+                    dispatch(.presence(record), topic: Topic.allPresence.text)
                 }
-                let targets = observers.withLock { Array(($0.byTopic[topic] ?? [:]).values) }
-                for observer in targets { observer(event) }
             }
         }
+    }
+
+    private func dispatch(_ event: Event, topic: String) {
+        let targets = observers.withLock { Array(($0.byTopic[topic] ?? [:]).values) }
+        for observer in targets { observer(event) }
+    }
+}
+
+/// Follows the broker's heartbeat: the epoch, and how long since the last one.
+struct BrokerTracker {
+    private var epoch: String?
+    private var lost = false
+    private var last = ContinuousClock.now
+    private var interval: Duration = .seconds(1)
+
+    /// How long the poll may wait before the broker counts as silent, in milliseconds.
+    var timeout: Int {
+        let left = ContinuousClock.now.duration(to: last + interval * 3)
+        return lost
+            ? -1
+            : max(0, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
+    }
+
+    mutating func received(_ heartbeat: BrokerHeartbeat) -> PresenceWatcher.BrokerEvent? {
+        last = .now
+        interval = .milliseconds(max(1, heartbeat.intervalMilliseconds))
+        defer {
+            epoch = heartbeat.epoch
+            lost = false
+        }
+        guard let epoch else { return .connected(epoch: heartbeat.epoch) }
+        if epoch != heartbeat.epoch { return .restarted(epoch: heartbeat.epoch) }
+        return lost ? .recovered(epoch: epoch) : nil
+    }
+
+    /// `.lost` once, when three intervals passed without a heartbeat.
+    mutating func checkSilence() -> PresenceWatcher.BrokerEvent? {
+        guard !lost, ContinuousClock.now >= last + interval * 3 else { return nil }
+        lost = true
+        return .lost
     }
 }

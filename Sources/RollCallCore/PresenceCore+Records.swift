@@ -43,6 +43,7 @@ extension PresenceCore {
         if status.isAvailable || state.status.isAvailable { state.lastSeen = now }
         if state.status.isAvailable && !status.isAvailable { state.reason = reason }
         let previous = state.status
+        if previous.isAvailable != status.isAvailable { availableUserCount += status.isAvailable ? 1 : -1 }
         state.status = status
         state.text = text
         state.publishedSessions = state.sessions.count

@@ -95,7 +95,7 @@ public struct PresenceCore: Sendable {
     public var sessionCount: Int { sessions.count }
 
     /// The number of users available now.
-    public var availableUserCount: Int { users.values.reduce(0) { $0 + ($1.status.isAvailable ? 1 : 0) } }
+    public internal(set) var availableUserCount = 0
 
     /// When ``tick(now:)`` or ``flushGroups(now:)`` next has work to do; `nil` when neither has any.
     public var nextDeadline: BrokerTime? {

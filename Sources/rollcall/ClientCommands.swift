@@ -34,17 +34,29 @@ struct Watch: AsyncParsableCommand {
         let all = self.all
         do {
             try await runUntilSignalled { stop in
-                let subscriber = try PresenceSubscriber(endpoint: endpoint)
-                if all { try subscriber.subscribeAll() }
-                for user in users { try subscriber.subscribe(user) }
-                while !stop.isSet {
-                    guard let record = try subscriber.next(timeout: 200) else { continue }
+                let watcher = try PresenceWatcher(endpoint: endpoint)
+                let print: @Sendable (PresenceRecord) -> Void = { record in
                     emit(String(decoding: Codec.encodeRecord(record), as: UTF8.self))
                 }
+                _ = watcher.observeBroker { event in note(describe(event)) }
+                if all { _ = watcher.observeAll(print) }
+                for user in users { _ = watcher.observe(user, print) }
+                while !stop.isSet { Thread.sleep(forTimeInterval: 0.1) }
+                watcher.close()
             }
         } catch {
             throw fail(error)
         }
+    }
+}
+
+/// What `watch` says on stderr about the broker.
+func describe(_ event: PresenceWatcher.BrokerEvent) -> String {
+    switch event {
+    case .connected(let epoch): "broker connected (epoch \(epoch))"
+    case .lost: "broker connection lost: presence may be out of date"
+    case .recovered: "broker connection back"
+    case .restarted(let epoch): "broker restarted (epoch \(epoch)): current state follows"
     }
 }
 
@@ -65,7 +77,13 @@ struct Online: AsyncParsableCommand {
         let endpoint = try endpoints.command()
         do {
             try await runUntilSignalled { stop in
-                let session = try PresenceSession(endpoint: endpoint, hello: hello)
+                let session = try PresenceSession(endpoint: endpoint, hello: hello) { state in
+                    switch state {
+                    case .live(let session): note("session \(session) live")
+                    case .reconnecting(let attempt): note("broker not answering; retrying (attempt \(attempt))")
+                    case .closed: break
+                    }
+                }
                 emit(
                     "\(user) is \(hello.status) (session \(session.granted.session), heartbeat "
                         + "\(session.granted.heartbeatMilliseconds) ms, ttl \(session.granted.ttlMilliseconds) ms)")

@@ -45,6 +45,12 @@ struct Serve: AsyncParsableCommand {
     )
     var offlineGraceMs: Int64?
 
+    @Option(
+        help:
+            "How often the broker publishes its heartbeat on broker/, ms. Env: ROLLCALL_BROKER_HEARTBEAT_MS. Default: 1000."
+    )
+    var brokerHeartbeatMs: Int64?
+
     @Option(help: "At most one message per group per this window, ms. Env: ROLLCALL_GROUP_BATCH_MS. Default: 50.")
     var groupBatchMs: Int64?
 
@@ -76,6 +82,7 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
         c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
+        c.brokerHeartbeatMilliseconds = try setting(brokerHeartbeatMs, "ROLLCALL_BROKER_HEARTBEAT_MS", default: 1_000)
         c.presence.offlineGraceMilliseconds = try setting(offlineGraceMs, "ROLLCALL_OFFLINE_GRACE_MS", default: 0)
         c.presence.groupBatchMilliseconds = try setting(groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: 50)
         c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: 10_000)
@@ -92,6 +99,7 @@ struct Serve: AsyncParsableCommand {
         guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
             throw ValidationError("--heartbeat-ms must be shorter than --ttl-ms")
         }
+        guard c.brokerHeartbeatMilliseconds > 0 else { throw ValidationError("--broker-heartbeat-ms must be positive") }
         guard p.offlineGraceMilliseconds >= 0 else { throw ValidationError("--offline-grace-ms must be >= 0") }
         guard p.groupBatchMilliseconds >= 0, p.maxGroupSize > 0, p.maxGroups > 0, p.maxMemberships > 0 else {
             throw ValidationError("--group-batch-ms must be >= 0 and the group limits positive")

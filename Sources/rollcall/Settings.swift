@@ -33,6 +33,11 @@ func emit(_ line: String) {
     fflush(nil)
 }
 
+/// Reports a change of state as one line on standard error, apart from the data on standard output.
+func note(_ line: String) {
+    FileHandle.standardError.write(Data("rollcall: \(line)\n".utf8))
+}
+
 /// Reports a failure as one clear line on standard error and exits non-zero.
 func fail(_ error: Error) -> ExitCode {
     FileHandle.standardError.write(Data("rollcall: \(error)\n".utf8))

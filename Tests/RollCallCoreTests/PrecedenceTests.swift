@@ -75,6 +75,22 @@ struct PrecedenceTests {
         #expect(restarted.record("alice").seq > before)
     }
 
+    /// The count of available users follows every change.
+    @Test func availableUsersAreCounted() {
+        var h = Harness()
+        let a = h.open("a")
+        _ = h.open("a", status: .away)
+        let b = h.open("b", status: .offline)
+        #expect(h.core.availableUserCount == 1)
+        _ = h.core.setStatus(session: b, status: .busy, text: nil, now: h.now)
+        #expect(h.core.availableUserCount == 2)
+        _ = h.core.bye(session: a, now: h.now)
+        #expect(h.core.availableUserCount == 2)
+        h.clock.advance(3_000)
+        _ = h.core.tick(now: h.now)
+        #expect(h.core.availableUserCount == 0)
+    }
+
     /// A user never seen reads as offline with no last_seen and seq 0.
     @Test func unknownUser() {
         let h = Harness()
