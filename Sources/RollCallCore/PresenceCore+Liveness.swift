@@ -5,7 +5,7 @@ extension PresenceCore {
     /// Ends every session whose TTL has run out by `now` and returns the records to publish.
     public mutating func tick(now: BrokerTime) -> [PresenceRecord] {
         var expired: [UserID: [SessionID]] = [:]
-        var closed: Set<UserID> = []
+        var reasons: [UserID: OfflineReason] = [:]
         while let check = expiries.min, check.at <= now {
             expiries.removeMin()
             guard let session = sessions[check.session] else { continue }  // ended already
@@ -13,12 +13,13 @@ extension PresenceCore {
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
             } else {
                 expired[session.user, default: []].append(check.session)
-                if session.ending == .closed { closed.insert(session.user) }
+                if let ending = session.ending { reasons[session.user] = ending }
             }
         }
-        // A session whose connection closed and whose grace ran out ended because of the close, not its TTL.
+        // A session whose connection closed and whose grace ran out ended because of the close, and a restart's
+        // placeholder because its user did not come back; the rest because they fell silent.
         return expired.keys.sorted().flatMap { user in
-            end(expired[user]!, of: user, now: now, reason: closed.contains(user) ? .closed : .timeout)
+            end(expired[user]!, of: user, now: now, reason: reasons[user] ?? .timeout)
         }
     }
 }

@@ -48,6 +48,7 @@ extension PresenceCore {
         guard sessions[id] == nil else {
             return .failure(.badRequest, "session id \(id) is already in use")
         }
+
         guard sessions.count < configuration.maxSessions else {
             return .failure(.limit, "the broker holds its maximum of \(configuration.maxSessions) sessions")
         }
@@ -60,6 +61,10 @@ extension PresenceCore {
         let ttl = min(
             max(hello.ttlMilliseconds ?? configuration.defaultTTLMilliseconds, configuration.minTTLMilliseconds),
             configuration.maxTTLMilliseconds)
+        // A user back after a restart takes the place of the placeholder that kept them available.
+        let placeholders = users[hello.user]?.sessions.filter { sessions[$0]?.placeholder == true } ?? []
+        for placeholder in placeholders { sessions[placeholder] = nil }
+        users[hello.user]?.sessions.removeAll { placeholders.contains($0) }
         statusChanges += 1
         sessions[id] = Session(
             user: hello.user, device: hello.device, status: hello.status, text: normalized(hello.text),
@@ -102,7 +107,8 @@ extension PresenceCore {
 
     /// Ends a session at once (logout).
     public mutating func bye(session id: SessionID, now: BrokerTime) -> Outcome<Void> {
-        guard let user = sessions[id]?.user else { return unknownSession(id) }
+        guard let session = sessions[id], !session.placeholder else { return unknownSession(id) }
+        let user = session.user
         return Outcome(.success(()), updates: end([id], of: user, now: now, reason: .bye))
     }
 
@@ -132,7 +138,7 @@ extension PresenceCore {
 
     /// Renews a live session and moves it to `connection`; returns its user, or `nil` if it is not live.
     mutating func touch(_ id: SessionID, connection: ConnectionID?, now: BrokerTime) -> UserID? {
-        guard var session = sessions[id] else { return nil }
+        guard var session = sessions[id], !session.placeholder else { return nil }
         session.expiresAt = now + session.ttl
         session.ending = nil
         if let connection, connection != session.connection {

@@ -52,6 +52,8 @@ public struct PresenceCore: Sendable {
         var connection: ConnectionID?
         /// Set when the session's connection closed and it waits out the grace period: why it will end.
         var ending: OfflineReason?
+        /// Stands for the sessions a user had before a restart, until they come back; no client can name it.
+        var placeholder = false
     }
 
     struct User: Sendable {
@@ -86,6 +88,9 @@ public struct PresenceCore: Sendable {
     var membershipTotal = 0
     var groupFlushes = Heap<GroupFlush>()
     var retiredGroupSeqs: [GroupID: UInt64] = [:]
+    /// What changed since the store was last given the changes (see PresenceCore+Persistence.swift).
+    var changedUsers: Set<UserID> = []
+    var changedGroups: Set<GroupID> = []
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
