@@ -13,6 +13,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.1.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
     ],
@@ -32,6 +33,11 @@ let package = Package(
         ),
         // The wire protocol: JSON bodies <-> requests, replies and records.
         .target(name: "RollCallWire", dependencies: ["RollCallCore"]),
+        // Persistence: every user's last record and the groups, in SQLite (GRDB) or in memory.
+        .target(
+            name: "RollCallStore",
+            dependencies: ["RollCallCore", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
         // The event loop that owns the ROUTER and XPUB sockets and drives the core.
         .target(
             name: "RollCallBroker",
@@ -65,6 +71,7 @@ let package = Package(
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
         .testTarget(name: "RollCallWireTests", dependencies: ["RollCallWire", "RollCallCore"]),
+        .testTarget(name: "RollCallStoreTests", dependencies: ["RollCallStore", "RollCallCore"]),
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [

@@ -1,0 +1,26 @@
+import RollCallCore
+
+/// Changes written together, in one transaction.
+public struct StoreBatch: Sendable, Equatable {
+    /// Upserted by user id; if a user appears twice, the last record wins.
+    public var records: [PresenceRecord]
+    /// Upserted: the stored membership is replaced by `members`.
+    public var groups: [StoredGroup]
+    /// Deleted with their members, after `groups` are written: a group in both lists ends up deleted.
+    public var deletedGroups: [GroupID]
+    /// Stored if greater than the stored one.
+    public var brokerTime: BrokerTime
+
+    public init(
+        records: [PresenceRecord] = [], groups: [StoredGroup] = [], deletedGroups: [GroupID] = [],
+        brokerTime: BrokerTime
+    ) {
+        self.records = records
+        self.groups = groups
+        self.deletedGroups = deletedGroups
+        self.brokerTime = brokerTime
+    }
+
+    /// A batch with no records and no group changes; writing it does nothing, not even store `brokerTime`.
+    public var isEmpty: Bool { records.isEmpty && groups.isEmpty && deletedGroups.isEmpty }
+}
