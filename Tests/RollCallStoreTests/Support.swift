@@ -20,17 +20,19 @@ func withTemporaryDirectory<T>(_ body: (String) throws -> T) throws -> T {
     return try body(path)
 }
 
-/// The implementations, so that one behavioural test runs against each.
+/// The two implementations, so that one behavioural test runs against both.
 enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case memory
+    case sqlite, memory
 
     var testDescription: String { rawValue }
 
-    /// Runs `body` with a new, empty store of this kind.
+    /// Runs `body` with a new, empty store of this kind; a SQLite one lives in a temporary directory.
     func withStore(_ body: (any PresenceStore) throws -> Void) throws {
         switch self {
         case .memory:
             try body(MemoryStore())
+        case .sqlite:
+            try withTemporaryDirectory { directory in try body(SQLiteStore(directory: directory)) }
         }
     }
 }

@@ -1,0 +1,68 @@
+import GRDB
+
+/// SQLite in WAL mode under a data directory (created if missing): `<directory>/rollcall.sqlite3`.
+///
+/// One connection, a GRDB `DatabaseQueue`, rather than a `DatabasePool`: the broker reads once at start and then
+/// only one writer thread calls the store, so a pool's reader connections would cost file handles and memory and
+/// buy nothing. The queue is still put in WAL mode, for cheap commits and readers (a backup, `sqlite3` from an
+/// operator) that do not block the writer.
+public final class SQLiteStore: PresenceStore {
+    /// The database file.
+    public let path: String
+    let database: DatabaseQueue
+
+    /// Opens (or creates) `<directory>/rollcall.sqlite3`, making `directory` if it is missing, and brings the
+    /// schema up to date.
+    public init(directory: String) throws {
+        try DataDirectory.create(directory)
+        let path = (directory.hasSuffix("/") ? directory : directory + "/") + "rollcall.sqlite3"
+        self.path = path
+        var configuration = Configuration()
+        // WAL, and with it GRDB sets `synchronous = NORMAL`: a commit appends to the WAL with write(2) and does not
+        // wait for fsync. A committed batch survives the process being killed (kill -9, a crash): it is in the
+        // kernel's page cache and SQLite recovers it from the WAL at the next open. Only an OS crash or a power
+        // loss can lose the last batches, never corrupt the file; FULL would fsync on every commit for that.
+        configuration.journalMode = .wal
+        // Another connection (an operator's `sqlite3`, a backup) may hold the lock for a moment: wait, not fail.
+        configuration.busyMode = .timeout(5)
+        // Needed for `members ... ON DELETE CASCADE`; GRDB's default, stated because the schema relies on it.
+        configuration.foreignKeysEnabled = true
+        database = try Self.sqlite(.open, path: path) {
+            let database = try DatabaseQueue(path: path, configuration: configuration)
+            try Self.migrator.migrate(database)
+            return database
+        }
+    }
+
+    /// Reads everything stored; unreadable rows are left out and counted in ``StoredState/skippedRows``.
+    public func load() throws -> StoredState {
+        try Self.sqlite(.load, path: path) { try database.read(Self.load) }
+    }
+
+    /// Writes a batch in one transaction: if any statement fails, the transaction is rolled back and nothing of
+    /// the batch is stored. An empty batch does not touch the file.
+    public func write(_ batch: StoreBatch) throws {
+        guard !batch.isEmpty else { return }
+        try Self.sqlite(.write, path: path) {
+            try database.write { db in try Self.write(batch, to: db, path: path) }
+        }
+    }
+
+    /// The one funnel for GRDB calls: SQLite's errors become a ``StoreError`` with the path, SQLite's message and
+    /// its extended result code.
+    static func sqlite<T>(_ operation: StoreError.Operation, path: String, _ body: () throws -> T) throws(StoreError)
+        -> T
+    {
+        do {
+            return try body()
+        } catch let error as StoreError {
+            throw error
+        } catch let error as DatabaseError {
+            throw StoreError(
+                operation, path: path, message: error.message ?? "\(error.resultCode)",
+                code: error.extendedResultCode.rawValue)
+        } catch {
+            throw StoreError(operation, path: path, message: "\(error)")
+        }
+    }
+}
