@@ -42,7 +42,7 @@ let package = Package(
         .target(
             name: "RollCallBroker",
             dependencies: [
-                "RollCallCore", "RollCallWire", "ZeroMQ",
+                "RollCallCore", "RollCallWire", "RollCallStore", "ZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]

@@ -12,7 +12,10 @@ public final class BrokerProcess {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments =
-            ["serve", "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint", "tcp://127.0.0.1:*"] + arguments
+            [
+                "serve", "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint", "tcp://127.0.0.1:*",
+                "--ephemeral",
+            ] + arguments
         let stderr = Pipe()
         process.standardError = stderr
         process.standardOutput = FileHandle.nullDevice

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import RollCallCore
+import RollCallStore
 import ServiceLifecycle
 import Synchronization
 import ZeroMQ
@@ -15,6 +16,7 @@ public final class Broker: Service, Sendable {
     public let epoch: String
 
     private let loop: Mutex<EventLoop?>
+    private let context: Context
     private let waker: Waker
     private let stopping = Atomic<Bool>(false)
     private let looping = Atomic<Bool>(false)
@@ -47,10 +49,17 @@ public final class Broker: Service, Sendable {
         // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md).
         let monitor = try router.monitor([.accepted, .disconnected], name: "router-\(epoch)", context: context)
         self.waker = waker
+        self.context = context
         self.logger = logger
-        let eventLoop = EventLoop(
+        let store: (any PresenceStore)?
+        switch configuration.storage {
+        case .none: store = nil
+        case .directory(let path): store = try SQLiteStore(directory: path)
+        case .store(let given): store = given
+        }
+        let eventLoop = try EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
-            monitor: monitor, logger: logger)
+            monitor: monitor, store: store, logger: logger)
         self.loop = Mutex(eventLoop)
     }
 
@@ -79,6 +88,7 @@ public final class Broker: Service, Sendable {
             self.stop()
         }
         waker.close()
+        context.terminate()  // every socket is closed: this returns once the ports are free again
         logger.info("broker stopped")
     }
 

@@ -10,8 +10,10 @@ struct BrokerClock: Sendable {
     private let wallAtStart: Int64
     private let monotonicAtStart: Int64
 
-    init() {
-        wallAtStart = Self.read(CLOCK_REALTIME)
+    /// Starts at the wall clock, or just above `floor` (the last time a previous run kept) if the wall clock is
+    /// behind it, so that times and seqs never go back across restarts.
+    init(floor: BrokerTime? = nil) {
+        wallAtStart = max(Self.read(CLOCK_REALTIME), (floor?.milliseconds ?? 0) + 1)
         monotonicAtStart = Self.read(CLOCK_MONOTONIC)
     }
 

@@ -1,4 +1,5 @@
 import RollCallCore
+import RollCallStore
 
 #if canImport(Glibc)
     import Glibc
@@ -16,6 +17,10 @@ public struct BrokerConfiguration: Sendable {
     public var maxMessageBytes = 65_536
     /// Updates queued per subscriber before the broker drops that subscriber's updates (never waits for it).
     public var updateHighWaterMark: Int32 = 10_000
+    /// Where the state is kept across restarts.
+    public var storage: Storage = .none
+    /// How often changes are handed to the store: at most this much is lost when the broker is killed.
+    public var writeIntervalMilliseconds: Int64 = 200
     /// How often the broker publishes its own heartbeat on `broker/`.
     public var brokerHeartbeatMilliseconds: Int64 = 1_000
     /// The broker's id, as `ping` answers it.
@@ -26,6 +31,16 @@ public struct BrokerConfiguration: Sendable {
     /// Frames larger than this are refused by libzmq itself, which drops the connection without reading them:
     /// bad clients cannot make the broker buffer more than this per frame.
     public var hardFrameLimit: Int64 { Int64(maxMessageBytes) * 4 }
+}
+
+/// Where a broker keeps its state across restarts.
+public enum Storage: Sendable {
+    /// Nowhere: a restart forgets everything (`--ephemeral`).
+    case none
+    /// A SQLite database in this directory (`--data-dir`).
+    case directory(String)
+    /// A store of the caller's, such as a `MemoryStore` shared by brokers started one after the other in a test.
+    case store(any PresenceStore)
 }
 
 /// The RollCall version.

@@ -1,5 +1,6 @@
 import Logging
 import RollCallCore
+import RollCallStore
 import RollCallWire
 import Synchronization
 import ZeroMQ
@@ -16,8 +17,9 @@ final class EventLoop {
     let wake: Socket
     let monitor: Socket
     let logger: Logger
-    let clock = BrokerClock()
+    let clock: BrokerClock
     var core: PresenceCore
+    let writer: StoreWriter?
     /// The connection behind each open file descriptor of the ROUTER (see EventLoop+Connections.swift).
     var connectionsByDescriptor: [Int32: TrackedConnection] = [:]
     var connectionCount: UInt64 = 0
@@ -27,8 +29,8 @@ final class EventLoop {
 
     init(
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
-        monitor: Socket, logger: Logger
-    ) {
+        monitor: Socket, store: (any PresenceStore)?, logger: Logger
+    ) throws {
         self.configuration = configuration
         self.epoch = epoch
         self.router = router
@@ -36,7 +38,25 @@ final class EventLoop {
         self.wake = wake
         self.monitor = monitor
         self.logger = logger
-        self.core = PresenceCore(configuration: configuration.presence)
+        var core = PresenceCore(configuration: configuration.presence)
+        if let store {
+            let kept = try store.load()
+            clock = BrokerClock(floor: kept.brokerTime)
+            core.restore(
+                records: kept.records,
+                groups: kept.groups.map { .init(group: $0.group, members: $0.members, seq: $0.seq) }, now: clock.now())
+            logger.info(
+                "state restored",
+                metadata: [
+                    "users": "\(kept.records.count)", "available": "\(core.availableUserCount)",
+                    "groups": "\(kept.groups.count)", "skipped": "\(kept.skippedRows)",
+                ])
+            writer = StoreWriter(store: store, logger: logger)
+        } else {
+            clock = BrokerClock()
+            writer = nil
+        }
+        self.core = core
     }
 
     func run(stopping: borrowing Atomic<Bool>) throws {
@@ -48,8 +68,9 @@ final class EventLoop {
         }
         var poller = Poller([router, xpub, wake, monitor])
         var nextHeartbeat = clock.now()
+        var nextWrite: BrokerTime?
         while !stopping.load(ordering: .sequentiallyConsistent) {
-            let deadline = core.nextDeadline.map { min($0, nextHeartbeat) } ?? nextHeartbeat
+            let deadline = [core.nextDeadline, nextHeartbeat, nextWrite].compactMap { $0 }.min()!
             let timeout = Int(max(0, deadline - clock.now()))
             let ready = try poller.poll(timeout: timeout)
             if ready[2] { try wake.drain() }
@@ -66,6 +87,20 @@ final class EventLoop {
                 publishHeartbeat(now: now)
                 nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
             }
+            if let writer, core.hasChanges {
+                // Changes go to the store once per write interval, in one batch, without waiting for it.
+                if let due = nextWrite, now >= due {
+                    writer.enqueue(batch(now: now))
+                    nextWrite = nil
+                } else if nextWrite == nil {
+                    nextWrite = now + configuration.writeIntervalMilliseconds
+                }
+            }
+        }
+        if let writer {
+            // Graceful shutdown loses nothing: the last changes are written before run() returns.
+            writer.enqueue(batch(now: clock.now()))
+            writer.finish()
         }
         logger.info("event loop stopping", metadata: ["sessions": "\(core.sessionCount)"])
     }
@@ -73,6 +108,15 @@ final class EventLoop {
     /// Sends records to their users' topics.
     func publish(_ records: [PresenceRecord]) {
         for record in records { send(Topic.presence(record.user), Codec.encodeRecord(record)) }
+    }
+
+    /// The changes since the last batch, for the store.
+    func batch(now: BrokerTime) -> StoreBatch {
+        let changes = core.takeChanges(now: now)
+        return StoreBatch(
+            records: changes.records,
+            groups: changes.groups.map { StoredGroup(group: $0.group, members: $0.members, seq: $0.seq) },
+            deletedGroups: changes.deletedGroups, brokerTime: now)
     }
 
     /// Publishes the broker's heartbeat on `broker/`.

@@ -25,6 +25,8 @@ public final class PresenceSession: Sendable {
     private struct Shared {
         var desired: (status: Status, text: String?)
         var statusPending = false
+        /// Counts status changes, so that one made while a request is under way is not taken as sent.
+        var statusVersion = 0
         var closing = false
         var state: State
         var lastError: ClientError?
@@ -62,6 +64,7 @@ public final class PresenceSession: Sendable {
         shared.withLock {
             $0.desired = (status, text)
             $0.statusPending = true
+            $0.statusVersion += 1
         }
         waker.wake()
     }
@@ -91,7 +94,9 @@ public final class PresenceSession: Sendable {
         while true {
             _ = try? poller.poll(timeout: next.remaining ?? 0)
             try? wake.drain()
-            let (desired, statusPending, closing) = shared.withLock { ($0.desired, $0.statusPending, $0.closing) }
+            let (desired, statusPending, version, closing) = shared.withLock {
+                ($0.desired, $0.statusPending, $0.statusVersion, $0.closing)
+            }
             if closing {
                 if reachable { try? client.bye(session) }
                 update(.closed)
@@ -101,8 +106,8 @@ public final class PresenceSession: Sendable {
             guard next.remaining == nil || (statusPending && reachable) else { continue }
             do {
                 if statusPending {
-                    shared.withLock { $0.statusPending = false }
                     try client.setStatus(session, desired.status, text: desired.text)
+                    sent(version)
                 } else {
                     try client.heartbeat(session)
                 }
@@ -118,7 +123,7 @@ public final class PresenceSession: Sendable {
                     let granted = try client.hello(again)
                     session = granted.session
                     heartbeat = Int(granted.heartbeatMilliseconds)
-                    shared.withLock { $0.statusPending = false }
+                    sent(version)
                     reachable = true
                     backoff.reset()
                     next = Deadline(milliseconds: heartbeat)
@@ -127,10 +132,14 @@ public final class PresenceSession: Sendable {
                     next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
                 }
             } catch {
-                if statusPending { shared.withLock { $0.statusPending = true } }
                 next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
             }
         }
+    }
+
+    /// The status of `version` reached the broker: nothing is pending unless the application changed it since.
+    private func sent(_ version: Int) {
+        shared.withLock { if $0.statusVersion == version { $0.statusPending = false } }
     }
 
     /// Records a failed attempt and returns when to try again.

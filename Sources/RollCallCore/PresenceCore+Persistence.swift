@@ -65,6 +65,11 @@ extension PresenceCore {
                 availableUserCount += 1
             }
             user.publishedSessions = user.sessions.count
+            if record.sessions != user.sessions.count {
+                // The sessions are gone (a placeholder stands for them): that is a new record, with a new seq.
+                user.seq = nextSeq(after: user.seq, now: now)
+                changedUsers.insert(record.user)
+            }
             users[record.user] = user
         }
         for definition in definitions {

@@ -49,10 +49,12 @@ extension PresenceCore {
             return .failure(.badRequest, "session id \(id) is already in use")
         }
 
-        guard sessions.count < configuration.maxSessions else {
+        // Placeholders kept for users from before a restart give way to this hello: they count for no limit.
+        let placeholders = users[hello.user]?.sessions.filter { sessions[$0]?.placeholder == true } ?? []
+        guard sessions.count - placeholders.count < configuration.maxSessions else {
             return .failure(.limit, "the broker holds its maximum of \(configuration.maxSessions) sessions")
         }
-        let held = users[hello.user]?.sessions.count ?? 0
+        let held = (users[hello.user]?.sessions.count ?? 0) - placeholders.count
         guard held < configuration.maxSessionsPerUser else {
             return .failure(
                 .limit, "user \(hello.user) already holds the maximum of \(configuration.maxSessionsPerUser) sessions")
@@ -62,7 +64,6 @@ extension PresenceCore {
             max(hello.ttlMilliseconds ?? configuration.defaultTTLMilliseconds, configuration.minTTLMilliseconds),
             configuration.maxTTLMilliseconds)
         // A user back after a restart takes the place of the placeholder that kept them available.
-        let placeholders = users[hello.user]?.sessions.filter { sessions[$0]?.placeholder == true } ?? []
         for placeholder in placeholders { sessions[placeholder] = nil }
         users[hello.user]?.sessions.removeAll { placeholders.contains($0) }
         statusChanges += 1

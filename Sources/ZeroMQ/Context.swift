@@ -1,10 +1,12 @@
 import CZeroMQ
+import Synchronization
 
 /// A ZeroMQ context: the I/O threads behind every socket made from it.
 ///
 /// libzmq's contexts are thread-safe, so a context may be shared across threads; its sockets may not.
 public final class Context: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
+    private let terminated = Mutex(false)
 
     /// Creates a context with libzmq's defaults (one I/O thread).
     public init() throws {
@@ -14,9 +16,16 @@ public final class Context: @unchecked Sendable {
         self.handle = handle
     }
 
-    deinit {
-        // Every socket keeps its context alive, so all of them are closed by now and this cannot block.
-        while zmq_ctx_term(handle) != 0 && zmq_errno() == EINTR {}
+    deinit { terminate() }
+
+    /// Ends the context once every socket made from it is closed, and waits until libzmq has really closed them,
+    /// listening ports included. Call it only when all its sockets are closed, or it waits for them.
+    public func terminate() {
+        terminated.withLock { done in
+            guard !done else { return }
+            while zmq_ctx_term(handle) != 0 && zmq_errno() == EINTR {}
+            done = true
+        }
     }
 
     /// The version of the libzmq the process runs with, such as `4.3.4`.

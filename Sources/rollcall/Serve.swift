@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Logging
 import RollCallBroker
 import ServiceLifecycle
@@ -46,6 +47,22 @@ struct Serve: AsyncParsableCommand {
     var offlineGraceMs: Int64?
 
     @Option(
+        help: """
+            Where the state is kept across restarts (SQLite, WAL). Env: ROLLCALL_DATA_DIR. \
+            Default: $XDG_STATE_HOME/rollcall, else ~/.local/state/rollcall.
+            """)
+    var dataDir: String?
+
+    @Flag(help: "Keep no state across restarts. Env: ROLLCALL_EPHEMERAL=1.")
+    var ephemeral = false
+
+    @Option(
+        help:
+            "How often changes are written, ms: the most a kill -9 loses. Env: ROLLCALL_WRITE_INTERVAL_MS. Default: 200."
+    )
+    var writeIntervalMs: Int64?
+
+    @Option(
         help:
             "How often the broker publishes its heartbeat on broker/, ms. Env: ROLLCALL_BROKER_HEARTBEAT_MS. Default: 1000."
     )
@@ -82,6 +99,15 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
         c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
+        let environment = ProcessInfo.processInfo.environment
+        if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" {
+            guard dataDir == nil else { throw ValidationError("--ephemeral and --data-dir exclude each other") }
+            c.storage = .none
+        } else {
+            c.storage = .directory(try setting(dataDir, "ROLLCALL_DATA_DIR", default: defaultDataDirectory()))
+        }
+        c.writeIntervalMilliseconds = try setting(writeIntervalMs, "ROLLCALL_WRITE_INTERVAL_MS", default: 200)
+        guard c.writeIntervalMilliseconds > 0 else { throw ValidationError("--write-interval-ms must be positive") }
         c.brokerHeartbeatMilliseconds = try setting(brokerHeartbeatMs, "ROLLCALL_BROKER_HEARTBEAT_MS", default: 1_000)
         c.presence.offlineGraceMilliseconds = try setting(offlineGraceMs, "ROLLCALL_OFFLINE_GRACE_MS", default: 0)
         c.presence.groupBatchMilliseconds = try setting(groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: 50)
@@ -133,4 +159,11 @@ struct Serve: AsyncParsableCommand {
                 services: [.init(service: broker)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
     }
+}
+
+/// `$XDG_STATE_HOME/rollcall`, else `~/.local/state/rollcall`: a user's state directory, by the XDG convention.
+func defaultDataDirectory() -> String {
+    let environment = ProcessInfo.processInfo.environment
+    if let state = environment["XDG_STATE_HOME"], !state.isEmpty { return state + "/rollcall" }
+    return (environment["HOME"] ?? ".") + "/.local/state/rollcall"
 }

@@ -11,7 +11,8 @@ extension Integration {
         /// the process with the endpoints it logged.
         func serve(_ extra: [String] = []) async throws -> (ChildProcess, command: String, update: String) {
             let child = try ChildProcess(
-                ChildProcess.rollcall, ["serve", "--update-endpoint", "tcp://127.0.0.1:*"] + extra,
+                ChildProcess.rollcall,
+                ["serve", "--update-endpoint", "tcp://127.0.0.1:*"] + (extra.isEmpty ? ["--ephemeral"] : extra),
                 environment: ["ROLLCALL_COMMAND_ENDPOINT": "tcp://127.0.0.1:*"])
             let line = try child.waitForOutput(containing: "broker started", inStderr: true)
             func endpoint(_ key: String) throws -> String {
@@ -43,11 +44,11 @@ extension Integration {
         /// A bad setting is one clear error line and a non-zero exit, before anything is bound.
         @Test func serveRejectsBadSettings() async throws {
             let ttl = try await ChildProcess.run(
-                ChildProcess.rollcall, ["serve", "--ttl-ms", "500", "--min-ttl-ms", "1000"])
+                ChildProcess.rollcall, ["serve", "--ephemeral", "--ttl-ms", "500", "--min-ttl-ms", "1000"])
             #expect(ttl.status != 0)
             #expect(ttl.stderr.contains("--min-ttl-ms <= --ttl-ms"))
             let endpoint = try await ChildProcess.run(
-                ChildProcess.rollcall, ["serve", "--command-endpoint", "tcp://nowhere"])
+                ChildProcess.rollcall, ["serve", "--ephemeral", "--command-endpoint", "tcp://nowhere"])
             #expect(endpoint.status != 0)
             #expect(endpoint.stderr.contains("cannot bind tcp://nowhere"))
         }

@@ -3,6 +3,7 @@ import Logging
 import RollCallBroker
 import RollCallClient
 import RollCallCore
+import RollCallStore
 import RollCallWire
 import Synchronization
 import Testing
@@ -140,5 +141,76 @@ func waitFor(seconds: Double = 3, _ condition: () -> Bool) async throws {
     while !condition() {
         guard ContinuousClock.now < deadline else { throw TestFailure("condition not met within \(seconds) s") }
         pause(milliseconds: 10)
+    }
+}
+
+extension Integration {
+    @Suite("Restarts keep state")
+    struct KeptStateTests {
+        /// A restart shorter than the TTL never shows a connected user offline; a user whose client is gone is
+        /// published offline with reason restart one TTL after the broker is back; groups and seqs survive.
+        @Test func restartShorterThanTheTTL() async throws {
+            let store = MemoryStore()
+            let broker = RestartableBroker {
+                $0.storage = .store(store)
+                $0.presence.minTTLMilliseconds = 100
+                $0.presence.defaultTTLMilliseconds = 1_500
+                $0.writeIntervalMilliseconds = 50
+            }
+            try await broker.start()
+            let session = try PresenceSession(
+                endpoint: broker.command, hello: .init(user: "stay".id, status: .busy), timeoutMilliseconds: 200)
+            defer { session.close() }
+            let client = try CommandClient(endpoint: broker.command)
+            _ = try client.hello(.init(user: "leave".id))
+            _ = try client.group("g".group, GroupEdit(members: ["stay".id, "leave".id, "never".id]))
+            let before = try client.query(["stay".id, "leave".id])
+            pause(milliseconds: 100)  // one write interval
+
+            let watcher = try PresenceWatcher(endpoint: broker.update)
+            defer { watcher.close() }
+            let seen = Mutex<[PresenceRecord]>([])
+            for user in ["stay", "leave"] { _ = watcher.observe(user.id) { r in seen.withLock { $0.append(r) } } }
+            try await waitFor { seen.withLock { $0.count } >= 2 }
+
+            try await broker.stop()
+            try await broker.start()
+            let started = ContinuousClock.now
+            let after = try CommandClient(endpoint: broker.command)
+            #expect(try after.group("g".group).counts == StatusCounts(online: 1, busy: 1, offline: 1))
+            try await waitFor(seconds: 4) { seen.withLock { $0.contains { $0.reason == .restart } } }
+            let elapsed = milliseconds(since: started)
+            print("restart: a user who did not come back went offline \(Int(elapsed)) ms after the restart (ttl 1500)")
+            #expect(elapsed >= 1_400 && elapsed < 1_500 + 300)
+            let records = seen.withLock { $0 }
+            #expect(!records.contains { $0.user == "stay".id && $0.status == .offline })
+            #expect(records.filter { $0.status == .offline }.map(\.user) == ["leave".id])
+            let now = try after.query(["stay".id, "leave".id])
+            #expect(now["stay".id]?.status == .busy)
+            #expect(now["stay".id]!.seq >= before["stay".id]!.seq)
+            #expect(now["leave".id]!.seq > before["leave".id]!.seq)
+            try await broker.stop()
+        }
+
+        /// A graceful stop loses nothing: a change made just before it is there after the restart.
+        @Test func gracefulStopLosesNothing() async throws {
+            let store = MemoryStore()
+            let broker = RestartableBroker {
+                $0.storage = .store(store)
+                $0.writeIntervalMilliseconds = 60_000  // only the final flush can save it
+            }
+            try await broker.start()
+            let client = try CommandClient(endpoint: broker.command)
+            let session = try client.hello(.init(user: "ann".id)).session
+            try client.setStatus(session, .away, text: "last words")
+            _ = try client.group("g".group, GroupEdit(members: ["ann".id]))
+            try await broker.stop()
+            try await broker.start()
+            let again = try CommandClient(endpoint: broker.command)
+            let record = try again.query(["ann".id])["ann".id]
+            #expect(record?.status == .away && record?.text == "last words")
+            #expect(try again.group("g".group).members.map(\.user) == ["ann".id])
+            try await broker.stop()
+        }
     }
 }
