@@ -99,7 +99,7 @@ public struct GroupBenchmark {
         Thread.sleep(forTimeInterval: 0.5)
         let rssGroups = broker.residentBytes()
 
-        let subscriber = try GroupLatencySubscriber(endpoint: broker.update)
+        let subscriber = try LatencySubscriber(endpoint: broker.update, topics: ["group/"])
         Thread.sleep(forTimeInterval: 0.3)
 
         log("\(p.name): \(p.rate) changes/s for \(p.seconds) s")
@@ -152,86 +152,4 @@ public struct GroupBenchmark {
         all.shuffle(using: &random)
         return Array(all.prefix(count))
     }
-}
-
-/// Follows every `group/` topic on its own thread and times each changed record by the send time in its text.
-final class GroupLatencySubscriber: Sendable {
-    struct Measured: Sendable {
-        var latency = LatencyHistogram()
-        var messages = 0
-        var entries = 0
-    }
-
-    private let stopping = Atomic<Bool>(false)
-    private let result = Mutex(Measured())
-    private let done = DispatchSemaphore(value: 0)
-
-    init(endpoint: String) throws {
-        let context = try Context()
-        let socket = try Socket(context, .sub)
-        try socket.set(.receiveHighWaterMark(1_000_000))
-        try socket.set(.linger(milliseconds: 0))
-        try socket.set(.subscribe(Array("group/".utf8)))
-        try socket.connect(endpoint)
-        let handOff = HandOff((context, socket))
-        Thread { [self] in
-            let (context, socket) = handOff.take()
-            withExtendedLifetime(context) { self.run(socket) }
-        }.start()
-    }
-
-    private func run(_ socket: Socket) {
-        defer { done.signal() }
-        var measured = Measured()
-        var poller = Poller([socket])
-        while !stopping.load(ordering: .relaxed) {
-            guard (try? poller.poll(timeout: 50))?.first == true else { continue }
-            while let (frames, _) = try? socket.receiveMessage(), frames.count == 2 {
-                let now = monotonicNanoseconds()
-                measured.messages += 1
-                // A byte scan, not a parse: the measuring side must cost far less than the broker it measures.
-                for sent in Self.sendTimes(in: frames[1].bytes) {
-                    measured.entries += 1
-                    measured.latency.record(microseconds: now > sent ? (now - sent) / 1_000 : 0)
-                }
-            }
-        }
-        result.withLock { $0 = measured }
-    }
-
-    private static let marker = Array(#""text":"b"#.utf8)
-
-    /// The send times carried as `"text":"b<nanoseconds>"` in a group message's changed records.
-    static func sendTimes(in body: [UInt8]) -> [UInt64] {
-        var times: [UInt64] = []
-        var index = 0
-        let last = body.count - marker.count
-        while index <= last {
-            if body[index] == marker[0] && body[index..<index + marker.count].elementsEqual(marker) {
-                index += marker.count
-                var value: UInt64 = 0
-                while index < body.count, body[index] >= 0x30, body[index] <= 0x39 {
-                    value = value &* 10 &+ UInt64(body[index] - 0x30)
-                    index += 1
-                }
-                times.append(value)
-            } else {
-                index += 1
-            }
-        }
-        return times
-    }
-
-    func stop() -> Measured {
-        stopping.store(true, ordering: .relaxed)
-        done.wait()
-        return result.withLock { $0 }
-    }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine.
-func monotonicNanoseconds() -> UInt64 {
-    var spec = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &spec)
-    return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
 }

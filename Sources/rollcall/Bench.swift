@@ -5,7 +5,69 @@ import RollCallBench
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Measure a broker: starts `rollcall serve` as a child process and drives it over loopback.",
-        subcommands: [GroupsBench.self])
+        discussion: "Results: docs/benchmarks.md. Run a release build: swift build -c release --product rollcall.",
+        subcommands: [AllBench.self, GroupsBench.self])
+}
+
+/// The presence scenarios, from the benchmark issue, in one run.
+struct AllBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "presence",
+        abstract: "Latency, throughput, sessions at rest, fan-out, crash detection and TTL expiry, one after another.",
+        discussion: "--only picks scenarios: latency, throughput, sessions, fanout, crash, expiry.")
+
+    @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
+    @Option(help: "Seconds per measured run.") var seconds = 5.0
+    @Option(help: "Comma-separated scenarios to run (default: all).") var only: String?
+    @Option(help: "Write the rows as JSON to this file.") var json: String?
+
+    func run() async throws {
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        let bench = PresenceBenchmarks(executable: executable) { line in
+            FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
+        }
+        let wanted = Set(
+            (only ?? "latency,throughput,sessions,fanout,crash,expiry").split(separator: ",").map(String.init))
+        let seconds = smoke ? 0.5 : self.seconds
+        var rows: [BenchRow] = []
+        func add(_ row: BenchRow) {
+            rows.append(row)
+            emit("\(row.id): \(row.summary)")
+        }
+        do {
+            if wanted.contains("latency") {
+                for rate in smoke ? [500] : [500, 1_000, 10_000, 50_000] {
+                    add(try bench.latency(rate: rate, seconds: seconds))
+                }
+            }
+            if wanted.contains("throughput") {
+                for subscribers in smoke ? [1] : [1, 10] {
+                    add(try bench.throughput(subscribers: subscribers, seconds: seconds))
+                }
+            }
+            if wanted.contains("sessions") {
+                for count in smoke ? [1_000] : [10_000, 100_000] {
+                    add(try bench.sessions(count: count, seconds: smoke ? 1 : max(5, seconds)))
+                }
+            }
+            if wanted.contains("fanout") {
+                add(try bench.fanout(subscribers: smoke ? 50 : 1_000, changes: smoke ? 5 : 50))
+            }
+            if wanted.contains("crash") { add(try bench.crash(trials: smoke ? 10 : 200)) }
+            if wanted.contains("expiry") {
+                add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))
+            }
+        } catch {
+            throw fail(error)
+        }
+        emit("\n" + BenchRow.table(rows))
+        for row in rows where row.histogram != nil { emit("\n== \(row.id) (ms)\n\(row.histogram!)") }
+        if let json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(rows).write(to: URL(fileURLWithPath: json))
+        }
+    }
 }
 
 struct GroupsBench: AsyncParsableCommand {
