@@ -39,7 +39,7 @@ public struct PresenceBenchmarks {
     public func latency(rate: Int, seconds: Double) throws -> BenchRow {
         let broker = try BrokerProcess(executable: executable, arguments: ["--update-hwm", "100000"])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 4_096)
+        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
         let sessions = try openSessions(pipeline, users: (0..<100).map { "lat\($0)" })
         let subscriber = try LatencySubscriber(endpoint: broker.update, topics: ["presence/"])
         Thread.sleep(forTimeInterval: 0.3)
@@ -77,7 +77,8 @@ public struct PresenceBenchmarks {
     public func throughput(subscribers count: Int, seconds: Double) throws -> BenchRow {
         let broker = try BrokerProcess(executable: executable, arguments: ["--update-hwm", "1000000"])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 8_192)
+        // The window stays under the ROUTER's 1,000 queued replies per peer, past which replies are dropped.
+        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
         let sessions = try openSessions(pipeline, users: (0..<1_000).map { "tp\($0)" })
         var rate: Double? = nil  // unpaced first
         var attempts: [String] = []
@@ -137,7 +138,7 @@ public struct PresenceBenchmarks {
         defer { broker.stop() }
         Thread.sleep(forTimeInterval: 0.5)
         let idle = broker.residentBytes()
-        let pipelines = try (0..<4).map { _ in try RequestPipeline(endpoint: broker.command, window: 4_096) }
+        let pipelines = try (0..<4).map { _ in try RequestPipeline(endpoint: broker.command, window: 512) }
         var bodies: [[UInt8]] = []
         for (index, pipeline) in pipelines.enumerated() {
             let users = stride(from: index, to: count, by: pipelines.count).map { "s\($0)" }
@@ -280,7 +281,7 @@ public struct PresenceBenchmarks {
     public func expiry(live: Int, probes: Int, ttl: Int) throws -> BenchRow {
         let broker = try BrokerProcess(executable: executable, arguments: ["--min-ttl-ms", "100"])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 4_096)
+        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
         log("expiry: \(live) live sessions")
         _ = try openSessions(pipeline, users: (0..<live).map { "live\($0)" })
         let subscriber = try LatencyExpiryWatcher(endpoint: broker.update, prefix: "presence/probe")

@@ -15,6 +15,8 @@ struct TrackedConnection {
     var id: ConnectionID
     /// Whether its ACCEPTED event was seen.
     var accepted: Bool
+    /// The routing id its requests carry, once one arrived.
+    var routingID: [UInt8]?
 }
 
 extension EventLoop {
@@ -42,15 +44,28 @@ extension EventLoop {
         }
     }
 
-    /// The connection behind a request's source descriptor, after any pending connection events.
-    func connection(ofDescriptor descriptor: Int32) throws -> ConnectionID? {
+    /// The connection a request came on, from its source descriptor and routing id.
+    ///
+    /// A routing id that libzmq made (five bytes, the first zero; ids that clients set may not start with a zero
+    /// byte) names one connection for the socket's whole life. So a request whose descriptor and generated routing
+    /// id are already known together comes from that connection, and needs no look at the monitor: that saves a
+    /// system call per request. Any other request first reads the pending connection events.
+    func connection(ofDescriptor descriptor: Int32, routingID: [UInt8]) throws -> ConnectionID? {
         guard descriptor >= 0 else { return nil }
+        let generated = routingID.count == 5 && routingID[0] == 0
+        if generated, let known = connectionsByDescriptor[descriptor], known.routingID == routingID {
+            return known.id
+        }
         try handleConnectionEvents()
-        if let known = connectionsByDescriptor[descriptor] { return known.id }
+        if var known = connectionsByDescriptor[descriptor] {
+            known.routingID = routingID
+            connectionsByDescriptor[descriptor] = known
+            return known.id
+        }
         // No ACCEPTED seen for it (libzmq queues it before the connection's first message, so this should not
         // happen); track it anyway, and let a late ACCEPTED adopt it.
         let connection = newConnection()
-        connectionsByDescriptor[descriptor] = TrackedConnection(id: connection, accepted: false)
+        connectionsByDescriptor[descriptor] = TrackedConnection(id: connection, accepted: false, routingID: routingID)
         return connection
     }
 

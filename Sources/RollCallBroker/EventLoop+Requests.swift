@@ -39,7 +39,7 @@ extension EventLoop {
         } else {
             let connection: ConnectionID?
             do {
-                connection = try self.connection(ofDescriptor: frames[bodyStart].sourceFD)
+                connection = try self.connection(ofDescriptor: frames[bodyStart].sourceFD, routingID: frames[0].bytes)
             } catch {
                 logger.error("reading connection events failed", metadata: ["error": "\(error)"])
                 connection = nil

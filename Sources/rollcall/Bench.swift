@@ -14,7 +14,7 @@ struct AllBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "presence",
         abstract: "Latency, throughput, sessions at rest, fan-out, crash detection and TTL expiry, one after another.",
-        discussion: "--only picks scenarios: latency, throughput, sessions, fanout, crash, expiry.")
+        discussion: "--only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry.")
 
     @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
     @Option(help: "Seconds per measured run.") var seconds = 5.0
@@ -35,6 +35,7 @@ struct AllBench: AsyncParsableCommand {
             emit("\(row.id): \(row.summary)")
         }
         do {
+            if wanted.contains("codec") { add(CodecBenchmark.run(iterations: smoke ? 10_000 : 500_000)) }
             if wanted.contains("latency") {
                 for rate in smoke ? [500] : [500, 1_000, 10_000, 50_000] {
                     add(try bench.latency(rate: rate, seconds: seconds))
