@@ -27,11 +27,15 @@ public final class Broker: Service, Sendable {
         let router = try Socket(context, .router)
         try router.set(.linger(milliseconds: 0))
         try router.set(.maxMessageSize(bytes: configuration.hardFrameLimit))
+        // A deep accept queue: after a restart every client reconnects at once, and with libzmq's default of 100
+        // pending connections the kernel drops SYNs and clients wait a second or more to retry.
+        try router.set(.backlog(4_096))
         let xpub = try Socket(context, .xpub)
         try xpub.set(.linger(milliseconds: 0))
         try xpub.set(.xpubVerbose(true))
         try xpub.set(.sendHighWaterMark(configuration.updateHighWaterMark))
         try xpub.set(.maxMessageSize(bytes: configuration.hardFrameLimit))
+        try xpub.set(.backlog(4_096))
         do {
             try router.bind(configuration.commandEndpoint)
         } catch {
