@@ -42,9 +42,7 @@ final class EventLoop {
         if let store {
             let kept = try store.load()
             clock = BrokerClock(floor: kept.brokerTime)
-            core.restore(
-                records: kept.records,
-                groups: kept.groups.map { .init(group: $0.group, members: $0.members, seq: $0.seq) }, now: clock.now())
+            core.restore(records: kept.records, groups: kept.groups, now: clock.now())
             logger.info(
                 "state restored",
                 metadata: [
@@ -115,7 +113,7 @@ final class EventLoop {
         let changes = core.takeChanges(now: now)
         return StoreBatch(
             records: changes.records,
-            groups: changes.groups.map { StoredGroup(group: $0.group, members: $0.members, seq: $0.seq) },
+            groups: changes.groups,
             deletedGroups: changes.deletedGroups, brokerTime: now)
     }
 
