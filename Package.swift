@@ -43,6 +43,7 @@ let package = Package(
             name: "RollCallBroker",
             dependencies: [
                 "RollCallCore", "RollCallWire", "RollCallStore", "ZeroMQ",
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]

@@ -9,6 +9,8 @@ public final class LatencySubscriber: Sendable {
         public var latency = LatencyHistogram()
         public var messages = 0
         public var entries = 0
+        /// When the last record arrived (CLOCK_MONOTONIC ns), to time delivery rather than sending.
+        public var lastArrival: UInt64 = 0
     }
 
     private let stopping = Atomic<Bool>(false)
@@ -42,6 +44,7 @@ public final class LatencySubscriber: Sendable {
             while let (frames, _) = try? socket.receiveMessage(), frames.count == 2 {
                 let now = monotonicNanoseconds()
                 measured.messages += 1
+                measured.lastArrival = now
                 count.add(1, ordering: .relaxed)
                 // A byte scan, not a parse: the measuring side must cost far less than the broker it measures.
                 for sent in Self.sendTimes(in: frames[1].bytes) {
@@ -56,7 +59,7 @@ public final class LatencySubscriber: Sendable {
     private static let marker = Array(#""text":"b"#.utf8)
 
     /// The send times carried as `"text":"b<nanoseconds>"` in a group message's changed records.
-    static func sendTimes(in body: [UInt8]) -> [UInt64] {
+    public static func sendTimes(in body: [UInt8]) -> [UInt64] {
         var times: [UInt64] = []
         var index = 0
         let last = body.count - marker.count

@@ -36,6 +36,10 @@ public final class Broker: Service, Sendable {
         try xpub.set(.sendHighWaterMark(configuration.updateHighWaterMark))
         try xpub.set(.maxMessageSize(bytes: configuration.hardFrameLimit))
         try xpub.set(.backlog(4_096))
+        // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md). The monitor
+        // starts before the bind, so that it sees every connection.
+        epoch = Token.random(bits: 64)
+        let monitor = try router.monitor([.accepted, .disconnected], name: "router-\(epoch)", context: context)
         do {
             try router.bind(configuration.commandEndpoint)
         } catch {
@@ -48,10 +52,7 @@ public final class Broker: Service, Sendable {
         }
         commandEndpoint = try router.lastEndpoint()
         updateEndpoint = try xpub.lastEndpoint()
-        epoch = Token.random(bits: 64)
         let (waker, wakeSocket) = try Waker.make(context: context, name: epoch)
-        // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md).
-        let monitor = try router.monitor([.accepted, .disconnected], name: "router-\(epoch)", context: context)
         self.waker = waker
         self.context = context
         self.logger = logger
@@ -74,6 +75,10 @@ public final class Broker: Service, Sendable {
         logger.info(
             "broker started",
             metadata: ["command": "\(commandEndpoint)", "update": "\(updateEndpoint)", "epoch": "\(epoch)"])
+        defer {
+            waker.close()
+            context.terminate()  // every socket is closed: this returns once the ports are free again
+        }
         try await withGracefulShutdownHandler {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
@@ -91,8 +96,6 @@ public final class Broker: Service, Sendable {
         } onGracefulShutdown: {
             self.stop()
         }
-        waker.close()
-        context.terminate()  // every socket is closed: this returns once the ports are free again
         logger.info("broker stopped")
     }
 

@@ -39,7 +39,13 @@ extension EventLoop {
         } else {
             let connection: ConnectionID?
             do {
-                connection = try self.connection(ofDescriptor: frames[bodyStart].sourceFD, routingID: frames[0].bytes)
+                switch try origin(descriptor: frames[bodyStart].sourceFD, routingID: frames[0].bytes) {
+                case .connection(let id): connection = id
+                case .untracked: connection = nil
+                case .closed:
+                    logger.debug("request from a closed connection dropped")
+                    return
+                }
             } catch {
                 logger.error("reading connection events failed", metadata: ["error": "\(error)"])
                 connection = nil

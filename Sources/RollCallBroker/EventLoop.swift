@@ -1,3 +1,4 @@
+import DequeModule
 import Logging
 import RollCallCore
 import RollCallStore
@@ -23,6 +24,8 @@ final class EventLoop {
     /// The connection behind each open file descriptor of the ROUTER (see EventLoop+Connections.swift).
     var connectionsByDescriptor: [Int32: TrackedConnection] = [:]
     var connectionCount: UInt64 = 0
+    var closedRoutingIDs: Set<[UInt8]> = []
+    var closedRoutingIDOrder: Deque<[UInt8]> = []
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
@@ -53,12 +56,18 @@ final class EventLoop {
         } else {
             clock = BrokerClock()
             writer = nil
+            core.tracksChanges = false  // nothing will take them
         }
         self.core = core
     }
 
     func run(stopping: borrowing Atomic<Bool>) throws {
         defer {
+            if let writer {
+                // Shutdown loses nothing, also when the loop fails: the last changes are written first.
+                writer.enqueue(batch(now: clock.now()))
+                writer.finish()
+            }
             router.close()
             xpub.close()
             wake.close()
@@ -72,8 +81,10 @@ final class EventLoop {
             let timeout = Int(max(0, deadline - clock.now()))
             let ready = try poller.poll(timeout: timeout)
             if ready[2] { try wake.drain() }
-            if ready[3] { try handleConnectionEvents() }
+            // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
+            // so a bye sent just before closing still counts as a bye.
             if ready[0] { try handleRequests() }
+            if ready[3] { try handleConnectionEvents() }
             if ready[1] { try handleSubscriptions() }
             let now = clock.now()
             publish(core.tick(now: now))
@@ -95,11 +106,7 @@ final class EventLoop {
                 }
             }
         }
-        if let writer {
-            // Graceful shutdown loses nothing: the last changes are written before run() returns.
-            writer.enqueue(batch(now: clock.now()))
-            writer.finish()
-        }
+
         logger.info("event loop stopping", metadata: ["sessions": "\(core.sessionCount)"])
     }
 

@@ -31,8 +31,9 @@ public final class CommandClient {
 
     /// Drops the connection and anything queued on it, and connects again.
     public func reconnect() throws {
+        let fresh = try Self.connect(endpoint, context)  // first, so that a failure leaves the old one usable
         socket.close()
-        socket = try Self.connect(endpoint, context)
+        socket = fresh
     }
 
     /// Sends a request and waits for its reply; replies to earlier, abandoned calls are skipped.

@@ -74,7 +74,8 @@ public final class PresenceSession: Sendable {
     /// The last error a request met, if any.
     public var lastError: ClientError? { shared.withLock { $0.lastError } }
 
-    /// Says bye (if the broker answers) and stops. Returns once that is done.
+    /// Says bye (if the broker answers) and stops. Returns once that is done. Not from `onState`, which runs on the
+    /// session's own thread: it would wait for itself.
     public func close() {
         shared.withLock { $0.closing = true }
         waker.wake()
@@ -128,9 +129,24 @@ public final class PresenceSession: Sendable {
                     backoff.reset()
                     next = Deadline(milliseconds: heartbeat)
                     update(.live(session))
+                } catch ClientError.rejected(let refused) {
+                    // The broker answers but refuses this hello (its text, say): go back to the first hello's.
+                    shared.withLock {
+                        $0.lastError = .rejected(refused)
+                        $0.desired = (hello.status, hello.text)
+                        $0.statusPending = false
+                    }
+                    next = Deadline(milliseconds: heartbeat)
                 } catch {
                     next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
                 }
+            } catch ClientError.rejected(let refused) {
+                // The broker answered, so it is reachable; it refused this request (a status text too long, say).
+                // Drop the request and keep the session: retrying it would only be refused again.
+                shared.withLock { $0.lastError = .rejected(refused) }
+                sent(version)
+                reachable = true
+                next = Deadline(milliseconds: heartbeat)
             } catch {
                 next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
             }
@@ -148,7 +164,9 @@ public final class PresenceSession: Sendable {
     ) -> Deadline {
         shared.withLock { $0.lastError = error as? ClientError ?? .malformed("\(error)") }
         reachable = false
-        try? client.reconnect()  // drop whatever is queued for the old connection
+        // A late reply is skipped by its id, so one timeout keeps the connection (closing it would end the session
+        // at once on a broker without grace). After three in a row, a fresh connection drops whatever is queued.
+        if backoff.attempts >= 2 { try? client.reconnect() }
         let delay = backoff.next()
         update(.reconnecting(attempt: backoff.attempts))
         return Deadline(milliseconds: delay)

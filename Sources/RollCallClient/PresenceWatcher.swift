@@ -103,7 +103,8 @@ public final class PresenceWatcher: Sendable {
         waker.wake()
     }
 
-    /// Stops the thread; no observer is called after this returns.
+    /// Stops the thread; no observer is called after this returns. Not from an observer, which runs on the
+    /// watcher's own thread: it would wait for itself.
     public func close() {
         observers.withLock { $0.stopping = true }
         waker.wake()
@@ -130,7 +131,6 @@ public final class PresenceWatcher: Sendable {
         var broker = BrokerTracker()
         while true {
             _ = try? poller.poll(timeout: broker.timeout)
-            if let change = broker.checkSilence() { dispatch(.broker(change), topic: Topic.broker.text) }
             try? wake.drain()
             let (changes, stopping) = observers.withLock { state in
                 defer { state.pending = [] }
@@ -153,6 +153,8 @@ public final class PresenceWatcher: Sendable {
                     dispatch(.presence(record), topic: Topic.allPresence.text)
                 }
             }
+            // Silence counts only once everything that arrived was read: a slow observer is not a lost broker.
+            if let change = broker.checkSilence() { dispatch(.broker(change), topic: Topic.broker.text) }
         }
     }
 

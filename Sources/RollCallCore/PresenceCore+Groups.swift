@@ -56,7 +56,7 @@ extension PresenceCore {
         state.removed.formUnion(taken)
         state.removed.subtract(added)
         if !existed { state.seq = nextSeq(after: state.seq, now: now) }
-        if !added.isEmpty || !taken.isEmpty || !existed { changedGroups.insert(id) }
+        if tracksChanges && (!added.isEmpty || !taken.isEmpty || !existed) { changedGroups.insert(id) }
         groups[id] = state
         if !added.isEmpty || !taken.isEmpty || !existed { scheduleFlush(id, now: now) }
         return .success(snapshot(of: id, now: now))
@@ -70,7 +70,7 @@ extension PresenceCore {
             if memberships[user]?.isEmpty == true { memberships[user] = nil }
         }
         membershipTotal -= state.members.count
-        changedGroups.insert(id)
+        if tracksChanges { changedGroups.insert(id) }
         let seq = nextSeq(after: state.seq, now: now)
         if retiredGroupSeqs.count >= 10_000 {
             // Older retired seqs are below any seq the clock now gives: they no longer need keeping.

@@ -63,12 +63,13 @@ extension PresenceCore {
                 expiries.insert(ExpiryCheck(at: now + ttl, session: id))
                 user.sessions = [id]
                 availableUserCount += 1
+                placeholderCount += 1
             }
             user.publishedSessions = user.sessions.count
             if record.sessions != user.sessions.count {
                 // The sessions are gone (a placeholder stands for them): that is a new record, with a new seq.
                 user.seq = nextSeq(after: user.seq, now: now)
-                changedUsers.insert(record.user)
+                if tracksChanges { changedUsers.insert(record.user) }
             }
             users[record.user] = user
         }

@@ -49,7 +49,7 @@ extension PresenceCore {
         state.publishedSessions = state.sessions.count
         state.seq = nextSeq(after: state.seq, now: now)
         users[user] = state
-        changedUsers.insert(user)
+        if tracksChanges { changedUsers.insert(user) }
         noteMemberChange(user, from: previous, to: status, now: now)
         return [record(of: user, now: now)]
     }

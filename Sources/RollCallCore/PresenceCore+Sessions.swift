@@ -51,7 +51,7 @@ extension PresenceCore {
 
         // Placeholders kept for users from before a restart give way to this hello: they count for no limit.
         let placeholders = users[hello.user]?.sessions.filter { sessions[$0]?.placeholder == true } ?? []
-        guard sessions.count - placeholders.count < configuration.maxSessions else {
+        guard sessions.count - placeholderCount < configuration.maxSessions else {
             return .failure(.limit, "the broker holds its maximum of \(configuration.maxSessions) sessions")
         }
         let held = (users[hello.user]?.sessions.count ?? 0) - placeholders.count
@@ -65,6 +65,7 @@ extension PresenceCore {
             configuration.maxTTLMilliseconds)
         // A user back after a restart takes the place of the placeholder that kept them available.
         for placeholder in placeholders { sessions[placeholder] = nil }
+        placeholderCount -= placeholders.count
         users[hello.user]?.sessions.removeAll { placeholders.contains($0) }
         statusChanges += 1
         sessions[id] = Session(
@@ -156,6 +157,7 @@ extension PresenceCore {
         for id in ids {
             guard let session = sessions.removeValue(forKey: id) else { continue }
             if let connection = session.connection { removeFromConnection(connection, id) }
+            if session.placeholder { placeholderCount -= 1 }
         }
         users[user]?.sessions.removeAll { ids.contains($0) }
         compactExpiriesIfStale()

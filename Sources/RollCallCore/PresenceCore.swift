@@ -91,6 +91,10 @@ public struct PresenceCore: Sendable {
     /// What changed since the store was last given the changes (see PresenceCore+Persistence.swift).
     var changedUsers: Set<UserID> = []
     var changedGroups: Set<GroupID> = []
+    /// Whether changes are noted for a store; a broker without one turns this off, or the sets would only grow.
+    public var tracksChanges = true
+    /// Restart placeholders still standing; they count for no session limit.
+    var placeholderCount = 0
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration

@@ -82,6 +82,30 @@ struct PersistenceTests {
                 == .unknownSession)
     }
 
+    /// Placeholders count for no limit: with the broker full of them, other users and returning users say hello.
+    @Test func placeholdersCountForNoLimit() throws {
+        var before = Harness()
+        _ = before.open("a")
+        _ = before.open("b")
+        var after = Harness { $0.maxSessions = 2 }
+        after.core.restore(records: before.core.takeChanges(now: before.now).records, groups: [], now: after.now)
+        after.clock.advance(1_000)
+        #expect(after.hello("c").0.error == nil)
+        #expect(after.hello("a").0.error == nil)  // takes a's placeholder's place
+        #expect(after.hello("d").0.error?.code == .limit)  // c and a hold the two real sessions
+        after.clock.advance(2_000)
+        #expect(after.core.tick(now: after.now).map(\.user.rawValue) == ["b"])  // b never came back
+    }
+
+    /// A core that keeps no store notes no changes, so nothing piles up.
+    @Test func untrackedChangesDoNotPileUp() {
+        var h = Harness()
+        h.core.tracksChanges = false
+        _ = h.open("a")
+        _ = h.define("g", ["a"])
+        #expect(!h.core.hasChanges)
+    }
+
     /// A hello refused for a limit leaves the placeholder in place.
     @Test func refusedHelloKeepsThePlaceholder() {
         var before = Harness()

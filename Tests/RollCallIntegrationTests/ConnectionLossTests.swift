@@ -96,6 +96,37 @@ extension Integration {
             }
         }
 
+        /// A bye sent just before the connection closes still counts as a bye: requests are read before connection
+        /// events, and libzmq queues a connection's last requests before its DISCONNECTED.
+        @Test func byeJustBeforeClosingIsABye() async throws {
+            try await withBroker { broker in
+                let subscriber = try broker.subscriber("mia")
+                for _ in 0..<10 {
+                    let client = try RawClient(broker.command)
+                    let session = try client.hello("mia")
+                    try subscriber.expect("mia") { $0.status == .online }
+                    try client.socket.send(#"{"op":"bye","session":"\#(session)"}"#, wait: true)
+                    client.close()
+                    #expect(try subscriber.expect("mia") { $0.status == .offline }.reason == .bye)
+                }
+            }
+        }
+
+        /// A hello from a client that closes without waiting for the reply leaves no session behind.
+        @Test func helloThenCloseLeavesNoSession() async throws {
+            try await withBroker { broker in
+                for round in 0..<20 {
+                    let client = try RawClient(broker.command)
+                    try client.socket.send(#"{"op":"hello","user":"gone\#(round)"}"#, wait: true)
+                    pause(milliseconds: round % 3)
+                    client.close()
+                }
+                pause(milliseconds: 300)
+                let records = try broker.client().query((0..<20).map { "gone\($0)".id })
+                #expect(records.values.allSatisfy { $0.sessions == 0 })
+            }
+        }
+
         /// Connections that come and go reuse file descriptors; each one's close ends only its own sessions.
         @Test func reusedDescriptorsAreNotConfused() async throws {
             try await withBroker { broker in

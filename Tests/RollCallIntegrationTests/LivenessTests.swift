@@ -111,3 +111,28 @@ extension Integration {
         }
     }
 }
+
+extension Integration {
+    @Suite("Client sessions under refusal")
+    struct SessionRefusalTests {
+        /// A status the broker refuses (text too long) is dropped and reported; the session stays live and online,
+        /// and the next valid status goes through.
+        @Test func refusedStatusKeepsTheSession() async throws {
+            try await withBroker { broker in
+                let subscriber = try broker.subscriber("nina")
+                let session = try PresenceSession(endpoint: broker.command, hello: .init(user: "nina".id))
+                defer { session.close() }
+                try subscriber.expect("nina") { $0.status == .online }
+                session.setStatus(.busy, text: String(repeating: "x", count: 300))
+                try await waitFor { session.lastError != nil }
+                #expect(
+                    session.lastError.map { if case .rejected(let e) = $0 { e.code == .badRequest } else { false } }
+                        == true)
+                #expect(session.state == .live(session.granted.session))
+                #expect(try subscriber.collect(for: 300).isEmpty)  // no flap
+                session.setStatus(.away, text: "fine")
+                #expect(try subscriber.expect("nina") { $0.status == .away }.text == "fine")
+            }
+        }
+    }
+}
