@@ -77,7 +77,8 @@ final class EventLoop {
         var nextHeartbeat = clock.now()
         var nextWrite: BrokerTime?
         while !stopping.load(ordering: .sequentiallyConsistent) {
-            let deadline = [core.nextDeadline, nextHeartbeat, nextWrite].compactMap { $0 }.min()!
+            var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
+            if let nextWrite { deadline = min(deadline, nextWrite) }
             let timeout = Int(max(0, deadline - clock.now()))
             let ready = try poller.poll(timeout: timeout)
             if ready[2] { try wake.drain() }

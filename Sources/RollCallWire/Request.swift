@@ -24,14 +24,6 @@ public enum Request: Equatable, Sendable {
         case .ungroup: "ungroup"
         }
     }
-
-    /// The session the request names, if any: naming a live session counts as a heartbeat.
-    public var session: SessionID? {
-        switch self {
-        case .heartbeat(let session), .status(let session, _, _), .bye(let session): session
-        case .hello, .query, .ping, .group, .ungroup: nil
-        }
-    }
 }
 
 /// A request with the client's `id`, which the reply echoes.

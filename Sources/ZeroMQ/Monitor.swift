@@ -35,7 +35,6 @@ extension Socket {
         public init(rawValue: Int32) { self.rawValue = rawValue }
         public static let accepted = MonitorEvents(rawValue: ZMQ_EVENT_ACCEPTED)
         public static let disconnected = MonitorEvents(rawValue: ZMQ_EVENT_DISCONNECTED)
-        public static let handshakeSucceeded = MonitorEvents(rawValue: ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
     }
 
     /// Starts monitoring this socket and returns the PAIR socket that receives its events, for the same thread.

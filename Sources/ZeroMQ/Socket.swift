@@ -172,15 +172,6 @@ public final class Socket {
         }
         return (frames, truncated)
     }
-
-    /// Whether a message can be received without waiting (`ZMQ_EVENTS`).
-    public func hasMessage() throws -> Bool {
-        var events: Int32 = 0
-        var size = MemoryLayout<Int32>.size
-        let handle = open
-        try zmqCheck("zmq_getsockopt") { zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size) }
-        return events & Int32(ZMQ_POLLIN) != 0
-    }
 }
 
 /// Moves a value that is not `Sendable`, such as a ``Socket``, to another thread exactly once.
