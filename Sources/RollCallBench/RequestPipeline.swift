@@ -36,7 +36,7 @@ public final class RequestPipeline {
     }
 
     /// Sends one request and returns its reply's fields (waits for every earlier reply first).
-    public func call(_ request: Request) throws -> [String: JSON] {
+    public func call(_ request: Request) throws -> [JSONKey: JSON] {
         try send(Codec.encodeRequest(request))
         try drain()
         let reply = try Codec.decodeReply(lastReply)

@@ -37,7 +37,7 @@ public final class CommandClient {
     }
 
     /// Sends a request and waits for its reply; replies to earlier, abandoned calls are skipped.
-    public func call(_ request: Request) throws -> [String: JSON] {
+    public func call(_ request: Request) throws -> [JSONKey: JSON] {
         nextID += 1
         let id = JSON.number(String(nextID))
         let deadline = Deadline(milliseconds: timeoutMilliseconds)

@@ -37,7 +37,7 @@ extension PresenceCore {
         let status = winner?.status ?? .offline
         let text = winner?.text
 
-        let statusChanged = status != state.status || text != state.text
+        let statusChanged = status != state.status || !sameBytes(text, state.text)
         guard statusChanged || state.sessions.count != state.publishedSessions else { return [] }
         if statusChanged || state.since == nil { state.since = now }
         if status.isAvailable || state.status.isAvailable { state.lastSeen = now }
@@ -58,5 +58,15 @@ extension PresenceCore {
     /// growing across restarts even when nothing was persisted.
     func nextSeq(after seq: UInt64, now: BrokerTime) -> UInt64 {
         max(seq + 1, UInt64(max(0, now.milliseconds)) * 1_000)
+    }
+}
+
+/// Whether two texts are the same bytes. The protocol compares text by bytes; Swift's `String ==` compares by
+/// canonical equivalence, so `"é"` and `"e\u{301}"` would pass for the same text and a change between them be lost.
+func sameBytes(_ a: String?, _ b: String?) -> Bool {
+    switch (a, b) {
+    case (nil, nil): true
+    case (let a?, let b?): a.utf8.elementsEqual(b.utf8)
+    default: false
     }
 }

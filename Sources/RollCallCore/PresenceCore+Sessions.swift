@@ -97,7 +97,7 @@ extension PresenceCore {
         guard let user = touch(id, connection: connection, now: now) else { return unknownSession(id) }
         let text = normalized(text)
         var updates: [PresenceRecord] = []
-        if sessions[id]!.status != status || sessions[id]!.text != text {
+        if sessions[id]!.status != status || !sameBytes(sessions[id]!.text, text) {
             statusChanges += 1
             sessions[id]!.status = status
             sessions[id]!.text = text

@@ -70,7 +70,7 @@ extension Codec {
     /// A reply as a client reads it: the echoed id, and the fields or the error.
     public struct ReplyBody: Sendable, Equatable {
         public var id: JSON?
-        public var result: Result<[String: JSON], PresenceError>
+        public var result: Result<[JSONKey: JSON], PresenceError>
     }
 
     /// A reply or record that does not follow the protocol.
@@ -93,7 +93,7 @@ extension Codec {
     }
 
     /// Reads the fields of a `hello` reply.
-    public static func decodeGranted(_ fields: [String: JSON]) throws -> PresenceCore.Granted {
+    public static func decodeGranted(_ fields: [JSONKey: JSON]) throws -> PresenceCore.Granted {
         guard let session = fields["session"]?.string, let heartbeat = fields["heartbeat_ms"]?.integer,
             let ttl = fields["ttl_ms"]?.integer
         else { throw MalformedMessage(description: "a hello reply must carry session, heartbeat_ms and ttl_ms") }
@@ -101,7 +101,7 @@ extension Codec {
     }
 
     /// Reads the fields of a `ping` reply.
-    public static func decodeBrokerInfo(_ fields: [String: JSON]) throws -> BrokerInfo {
+    public static func decodeBrokerInfo(_ fields: [JSONKey: JSON]) throws -> BrokerInfo {
         guard let broker = fields["broker"]?.string, let version = fields["version"]?.string,
             let epoch = fields["epoch"]?.string, let time = fields["time"]?.integer
         else { throw MalformedMessage(description: "a ping reply must carry broker, version, epoch and time") }
@@ -109,7 +109,7 @@ extension Codec {
     }
 
     /// Reads the records of a `query` reply, in no particular order.
-    public static func decodeQuery(_ fields: [String: JSON]) throws -> [UserID: PresenceRecord] {
+    public static func decodeQuery(_ fields: [JSONKey: JSON]) throws -> [UserID: PresenceRecord] {
         guard case .object(let presence)? = fields["presence"] else {
             throw MalformedMessage(description: "a query reply must carry a 'presence' object")
         }
@@ -142,7 +142,7 @@ extension Codec {
 
 extension Codec {
     /// Reads the fields of a `group` reply.
-    public static func decodeGroupSnapshot(_ fields: [String: JSON]) throws -> GroupSnapshot {
+    public static func decodeGroupSnapshot(_ fields: [JSONKey: JSON]) throws -> GroupSnapshot {
         guard let group = fields["group"]?.string.flatMap(GroupID.init(validating:)),
             case .object(let members)? = fields["members"], let seq = fields["seq"].flatMap(unsigned)
         else { throw MalformedMessage(description: "a group reply must carry group, members and seq") }
@@ -173,7 +173,7 @@ extension Codec {
             throw MalformedMessage(description: "group counts must be an object")
         }
         var counts = StatusCounts()
-        for status in Status.allCases { counts[status] = Int(fields[status.rawValue]?.integer ?? 0) }
+        for status in Status.allCases { counts[status] = Int(fields[JSONKey(status.rawValue)]?.integer ?? 0) }
         return counts
     }
 

@@ -101,11 +101,11 @@ extension Codec {
 
 /// Typed access to a request's fields, each failure a `bad_request` naming the field.
 struct Fields {
-    let members: [String: JSON]
-    init(_ members: [String: JSON]) { self.members = members }
+    let members: [JSONKey: JSON]
+    init(_ members: [JSONKey: JSON]) { self.members = members }
 
     subscript(_ name: String) -> JSON? {
-        guard let value = members[name], value != .null else { return nil }
+        guard let value = members[JSONKey(name)], value != .null else { return nil }
         return value
     }
 

@@ -5,7 +5,7 @@ public enum JSON: Equatable, Sendable {
     case number(String)
     case string(String)
     case array([JSON])
-    case object([String: JSON])
+    case object([JSONKey: JSON])
 
     /// The value as a 64-bit integer, if it is a number literal without fraction or exponent that fits.
     public var integer: Int64? {
@@ -43,4 +43,19 @@ public struct JSONError: Error, Equatable, Sendable, CustomStringConvertible {
     public var message: String
     public var offset: Int
     public var description: String { "\(message) at byte \(offset)" }
+}
+
+/// An object key. Keys are compared by their UTF-8 bytes, as JSON (RFC 8259 §8.3) and the protocol compare them:
+/// Swift's `String ==` would take `"é"` and `"e\u{301}"` (one letter in two Unicode forms) for the same key.
+public struct JSONKey: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+    public let text: String
+
+    public init(_ text: String) { self.text = text }
+    public init(stringLiteral text: String) { self.text = text }
+
+    public static func == (lhs: JSONKey, rhs: JSONKey) -> Bool { lhs.text.utf8.elementsEqual(rhs.text.utf8) }
+    public func hash(into hasher: inout Hasher) {
+        for byte in text.utf8 { hasher.combine(byte) }
+    }
+    public var description: String { text }
 }

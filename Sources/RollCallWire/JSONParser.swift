@@ -46,7 +46,7 @@ public struct JSONParser {
     private mutating func parseObject(depth: Int) throws(JSONError) -> JSON {
         guard depth <= Self.maxDepth else { throw error("nesting deeper than \(Self.maxDepth)") }
         index += 1
-        var members: [String: JSON] = [:]
+        var members: [JSONKey: JSON] = [:]
         skipWhitespace()
         if peek(UInt8(ascii: "}")) {
             index += 1
@@ -61,7 +61,9 @@ public struct JSONParser {
             index += 1
             skipWhitespace()
             let value = try parseValue(depth: depth)
-            guard members.updateValue(value, forKey: key) == nil else { throw error("duplicate key \"\(key)\"") }
+            guard members.updateValue(value, forKey: JSONKey(key)) == nil else {
+                throw error("duplicate key \"\(key)\"")
+            }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input") }
             if bytes[index] == UInt8(ascii: ",") {

@@ -107,8 +107,8 @@ public struct JSONWriter {
             endArray()
         case .object(let members):
             beginObject()
-            for (name, member) in members.sorted(by: { $0.key < $1.key }) {
-                key(name)
+            for (name, member) in members.sorted(by: { $0.key.text < $1.key.text }) {
+                key(name.text)
                 value(member)
             }
             endObject()

@@ -154,4 +154,15 @@ struct UserIDTests {
     /// Anything else is rejected.
     @Test(arguments: ["", "al ice", "alice/", "ålice", "a*", "a\u{0}", String(repeating: "x", count: 129), "a#b"])
     func invalid(_ text: String) { #expect(UserID(validating: text) == nil) }
+
+    /// A text changed to the same letters in another Unicode form is a change: it is published with the new bytes.
+    @Test func textInAnotherUnicodeFormIsAChange() throws {
+        var h = Harness()
+        let session = h.open("alice", text: "caf\u{E9}")
+        let outcome = h.core.setStatus(session: session, status: .online, text: "cafe\u{301}", now: h.now)
+        #expect(throws: Never.self) { try outcome.reply.get() }
+        let record = try #require(outcome.updates.first)
+        #expect(Array(record.text!.utf8) == Array("cafe\u{301}".utf8))
+        #expect(Array(h.record("alice").text!.utf8) == Array("cafe\u{301}".utf8))
+    }
 }

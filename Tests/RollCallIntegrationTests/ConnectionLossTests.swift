@@ -15,7 +15,7 @@ final class RawClient {
         socket = try rawSocket(.dealer, endpoint, context: context)
     }
 
-    func call(_ body: String) throws -> [String: JSON] {
+    func call(_ body: String) throws -> [JSONKey: JSON] {
         try socket.send(body, wait: true)
         guard let reply = try socket.receive(timeout: 3_000) else { throw TestFailure("no reply to \(body)") }
         return try Codec.decodeReply(reply[0]).result.get()

@@ -49,6 +49,19 @@ struct JSONParserTests {
         writer.key("n")
         writer.integer(-42)
         writer.endObject()
-        #expect(try JSONParser.parse(writer.bytes) == .object([text: .string(text), "n": .number("-42")]))
+        #expect(try JSONParser.parse(writer.bytes) == .object([JSONKey(text): .string(text), "n": .number("-42")]))
+    }
+
+    /// Keys are compared by bytes: the same letter in two Unicode forms is two keys, not a duplicate.
+    @Test func keysInTwoUnicodeFormsAreDistinct() throws {
+        let json = try JSONParser.parse(#"{"\#u{E9}": 1, "e\#u{301}": 2}"#)
+        guard case .object(let members) = json else {
+            Issue.record("not an object: \(json)")
+            return
+        }
+        #expect(members.count == 2)
+        #expect(members[JSONKey("\u{E9}")] == .number("1"))
+        #expect(members[JSONKey("e\u{301}")] == .number("2"))
+        #expect(throws: JSONError.self) { try JSONParser.parse(#"{"\#u{E9}": 1, "\#u{E9}": 2}"#) }
     }
 }
