@@ -23,6 +23,7 @@ public final class Broker: Service, Sendable {
     private let logger: Logger
 
     public init(configuration: BrokerConfiguration, logger: Logger) throws {
+        try configuration.validate()
         let context = try Context()
         let router = try Socket(context, .router)
         try router.set(.linger(milliseconds: 0))
@@ -64,7 +65,7 @@ public final class Broker: Service, Sendable {
         }
         let eventLoop = try EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
-            monitor: monitor, store: store, logger: logger)
+            monitor: monitor, store: store, logger: logger, wakeLoop: { [waker] in waker.wake() })
         self.loop = Mutex(eventLoop)
     }
 
@@ -99,6 +100,25 @@ public final class Broker: Service, Sendable {
         logger.info("broker stopped")
     }
 
+    /// A signal the operator sent that is not a request to stop.
+    public enum Signal: Sendable, Equatable {
+        /// SIGHUP: what a closing terminal sends, and the conventional "reload". There is nothing to reload yet:
+        /// every setting is read at start.
+        case hangup
+        /// SIGUSR1, SIGUSR2, SIGALRM: no meaning; noted so that nobody wonders whether it was seen.
+        case other(String)
+    }
+
+    /// Notes a signal that must neither stop the broker nor lose anything. Safe from any thread.
+    public func received(_ signal: Signal) {
+        switch signal {
+        case .hangup:
+            logger.notice("SIGHUP received: nothing to reload (settings are read at start); still running")
+        case .other(let name):
+            logger.notice("signal received and ignored; still running", metadata: ["signal": "\(name)"])
+        }
+    }
+
     /// Whether the event loop's thread has started (it serves requests from then on).
     public var isRunning: Bool { looping.load(ordering: .sequentiallyConsistent) }
 
@@ -113,11 +133,14 @@ public final class Broker: Service, Sendable {
 public enum BrokerError: Error, CustomStringConvertible {
     case cannotBind(endpoint: String, reason: String)
     case alreadyRan
+    /// The store failed to keep the last changes at shutdown; the log says why.
+    case finalWriteFailed
 
     public var description: String {
         switch self {
         case .cannotBind(let endpoint, let reason): "cannot bind \(endpoint): \(reason)"
         case .alreadyRan: "a broker runs only once"
+        case .finalWriteFailed: "the last changes could not be written to the store (see the log)"
         }
     }
 }

@@ -32,7 +32,7 @@ final class EventLoop {
 
     init(
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
-        monitor: Socket, store: (any PresenceStore)?, logger: Logger
+        monitor: Socket, store: (any PresenceStore)?, logger: Logger, wakeLoop: @escaping @Sendable () -> Void
     ) throws {
         self.configuration = configuration
         self.epoch = epoch
@@ -52,7 +52,7 @@ final class EventLoop {
                     "users": "\(kept.records.count)", "available": "\(core.availableUserCount)",
                     "groups": "\(kept.groups.count)", "skipped": "\(kept.skippedRows)",
                 ])
-            writer = StoreWriter(store: store, logger: logger)
+            writer = StoreWriter(store: store, logger: logger, wakeLoop: wakeLoop)
         } else {
             clock = BrokerClock()
             writer = nil
@@ -61,18 +61,36 @@ final class EventLoop {
         self.core = core
     }
 
+    /// Turns until `stopping` is set, then writes the last changes and closes the sockets. Throws if the loop
+    /// failed, or if the last changes could not be written (so that the process exits non-zero and a supervisor
+    /// sees the failure).
     func run(stopping: borrowing Atomic<Bool>) throws {
         defer {
-            if let writer {
-                // Shutdown loses nothing, also when the loop fails: the last changes are written first.
-                writer.enqueue(batch(now: clock.now()))
-                writer.finish()
-            }
             router.close()
             xpub.close()
             wake.close()
             monitor.close()
         }
+        do {
+            try turn(until: stopping)
+        } catch {
+            _ = finishWriting()  // shutdown loses nothing, also when the loop fails
+            throw error
+        }
+        // The final write comes before the last log line: a log that cannot be written must not lose it.
+        let written = finishWriting()
+        logger.info("event loop stopped", metadata: ["sessions": "\(core.sessionCount)"])
+        guard written else { throw BrokerError.finalWriteFailed }
+    }
+
+    /// Hands the last changes to the store and waits for them; whether everything is stored.
+    private func finishWriting() -> Bool {
+        guard let writer else { return true }
+        writer.enqueue(batch(now: clock.now()))
+        return writer.finish()
+    }
+
+    private func turn(until stopping: borrowing Atomic<Bool>) throws {
         var poller = Poller([router, xpub, wake, monitor])
         var nextHeartbeat = clock.now()
         var nextWrite: BrokerTime?
@@ -97,6 +115,10 @@ final class EventLoop {
                 publishHeartbeat(now: now)
                 nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
             }
+            if let writer, writer.takeSnapshotRequest() {
+                // The database file was made anew: it gets the whole state, and the next batches build on it.
+                writer.enqueue(everything(now: now))
+            }
             if let writer, core.hasChanges {
                 // Changes go to the store once per write interval, in one batch, without waiting for it.
                 if let due = nextWrite, now >= due {
@@ -107,8 +129,6 @@ final class EventLoop {
                 }
             }
         }
-
-        logger.info("event loop stopping", metadata: ["sessions": "\(core.sessionCount)"])
     }
 
     /// Sends records to their users' topics.
@@ -123,6 +143,12 @@ final class EventLoop {
             records: changes.records,
             groups: changes.groups,
             deletedGroups: changes.deletedGroups, brokerTime: now)
+    }
+
+    /// The whole state as one batch, for a store that starts empty.
+    func everything(now: BrokerTime) -> StoreBatch {
+        let all = core.everything(now: now)
+        return StoreBatch(records: all.records, groups: all.groups, deletedGroups: [], brokerTime: now)
     }
 
     /// Publishes the broker's heartbeat on `broker/`.

@@ -7,22 +7,35 @@ import Synchronization
 /// Writes batches to the store on its own thread, so that the event loop never waits for the disk.
 ///
 /// Batches that pile up while a write is under way are merged into the next transaction (a user's latest record
-/// wins; a group's latest definition or deletion wins). A failed write is kept and merged into the next attempt.
+/// wins; a group's latest definition or deletion wins). A failed write is kept and merged into the next attempt,
+/// tried again at least once a second. Once a second it also checks that the store still writes where the broker
+/// will load from: a database file deleted or replaced under the running broker is reported as critical, made
+/// anew, and filled with the whole state, which the writer asks of the loop (``takeSnapshotRequest()``).
 final class StoreWriter: Sendable {
     private struct Queue {
         var pending: [StoreBatch] = []
         var finishing = false
+        /// Whether the last write, once finishing, stored everything.
+        var allWritten = true
     }
 
-    private let store: any PresenceStore
+    private let initialStore: Mutex<(any PresenceStore)?>
     private let logger: Logger
     private let queue = Mutex(Queue())
+    private let snapshotWanted = Atomic<Bool>(false)
+    private let wakeLoop: @Sendable () -> Void
     private let work = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
 
-    init(store: any PresenceStore, logger: Logger) {
-        self.store = store
+    /// How often the writer looks at the store's file and retries a failed write, even with nothing new to write.
+    static let checkInterval: DispatchTimeInterval = .seconds(1)
+
+    /// Starts the writer's thread. `wakeLoop` wakes the event loop, from the writer's thread, when it wants the
+    /// whole state.
+    init(store: any PresenceStore, logger: Logger, wakeLoop: @escaping @Sendable () -> Void) {
+        self.initialStore = Mutex(store)
         self.logger = logger
+        self.wakeLoop = wakeLoop
         let thread = Thread { [self] in run() }
         thread.name = "rollcall-store"
         thread.start()
@@ -35,40 +48,80 @@ final class StoreWriter: Sendable {
         work.signal()
     }
 
-    /// Writes everything enqueued so far and stops the thread; returns when that is done.
-    func finish() {
+    /// Whether the writer asked for the whole state since the last call (its file was made anew); the loop then
+    /// enqueues everything it holds.
+    func takeSnapshotRequest() -> Bool {
+        snapshotWanted.exchange(false, ordering: .acquiringAndReleasing)
+    }
+
+    /// Writes everything enqueued so far and stops the thread; returns when that is done, with whether all of it
+    /// was stored.
+    func finish() -> Bool {
         queue.withLock { $0.finishing = true }
         work.signal()
         done.wait()
+        return queue.withLock { $0.allWritten }
     }
 
     private func run() {
         defer { done.signal() }
+        guard var store = initialStore.withLock({ $0.take() }) else { return }
         var failed: StoreBatch?
+        var failures = 0
         while true {
-            // A failed batch is tried again after a second even if nothing new arrives.
-            if failed == nil { work.wait() } else { _ = work.wait(timeout: .now() + 1) }
+            _ = work.wait(timeout: .now() + Self.checkInterval)
             let (batches, finishing) = queue.withLock { queue in
                 defer { queue.pending = [] }
                 return (queue.pending, queue.finishing)
             }
+            if !store.isIntact { store = recreate(store) }
             let all = (failed.map { [$0] } ?? []) + batches
             if !all.isEmpty {
                 let batch = Self.merge(all)
                 do {
                     try store.write(batch)
+                    if failures > 0 { logger.notice("store writes work again", metadata: ["failed": "\(failures)"]) }
                     failed = nil
+                    failures = 0
                 } catch {
                     failed = batch
-                    logger.error(
-                        "store write failed; retrying with the next batch",
-                        metadata: ["error": "\(error)", "records": "\(batch.records.count)"])
+                    failures += 1
+                    // The first failure and then one a minute: a full disk must not flood the log.
+                    if failures == 1 || failures.isMultiple(of: 60) {
+                        logger.error(
+                            "store write failed; retrying every second",
+                            metadata: [
+                                "error": "\(error)", "records": "\(batch.records.count)", "failures": "\(failures)",
+                            ])
+                    }
                 }
             }
             if finishing {
-                if failed != nil { logger.critical("changes could not be written before shutdown") }
+                if failed != nil {
+                    logger.critical(
+                        "changes could not be written before shutdown",
+                        metadata: ["records": "\(failed?.records.count ?? 0)"])
+                }
+                queue.withLock { $0.allWritten = failed == nil }
                 return
             }
+        }
+    }
+
+    /// A store whose file was deleted or replaced: says so loudly, opens a new one in its place, and asks the loop
+    /// for the whole state to fill it. Keeps the old store if a new one cannot be opened (and says why).
+    private func recreate(_ store: any PresenceStore) -> any PresenceStore {
+        logger.critical(
+            "the database file was deleted or replaced under the running broker; making it anew with the whole state",
+            metadata: ["store": "\(store.location)"])
+        do {
+            let fresh = try store.reopened()
+            snapshotWanted.store(true, ordering: .releasing)
+            wakeLoop()
+            return fresh
+        } catch {
+            logger.critical("the database file cannot be made anew", metadata: ["error": "\(error)"])
+            return store
         }
     }
 

@@ -40,6 +40,17 @@ extension PresenceCore {
         return changes
     }
 
+    /// Everything there is to keep, as of `now`: every user's record and every group, for a store that starts
+    /// empty (its file was made anew). Changes noted so far stay noted.
+    public func everything(now: BrokerTime) -> Changes {
+        var all = Changes()
+        all.records = users.keys.sorted().map { record(of: $0, now: now) }
+        all.groups = groups.keys.sorted().map { id in
+            GroupDefinition(group: id, members: groups[id]!.members.sorted(), seq: groups[id]!.seq)
+        }
+        return all
+    }
+
     /// Brings back what was kept, into an empty core, as the broker starts.
     ///
     /// Users who were available stay available for one default TTL, through a placeholder session, so that their
@@ -66,15 +77,18 @@ extension PresenceCore {
                 placeholderCount += 1
             }
             user.publishedSessions = user.sessions.count
+            // Every restored record takes a new seq from the clock: the previous run may have published changes
+            // it never wrote (a kill -9 between two batches), with seqs above the kept one, and a subscriber that
+            // saw them must never be handed a lower seq. The clock is past anything that run could have issued.
+            user.seq = nextSeq(after: user.seq, now: now)
             if record.sessions != user.sessions.count {
-                // The sessions are gone (a placeholder stands for them): that is a new record, with a new seq.
-                user.seq = nextSeq(after: user.seq, now: now)
+                // The sessions are gone (a placeholder stands for them): that is a new record to keep.
                 if tracksChanges { changedUsers.insert(record.user) }
             }
             users[record.user] = user
         }
         for definition in definitions {
-            var state = GroupState(seq: definition.seq)
+            var state = GroupState(seq: nextSeq(after: definition.seq, now: now))  // as for records, above
             state.members = Set(definition.members)
             for member in state.members {
                 state.counts[users[member]?.status ?? .offline] += 1

@@ -4,4 +4,18 @@ public protocol PresenceStore: Sendable {
     func load() throws -> StoredState
     /// Writes a batch atomically: all of it or none of it.
     func write(_ batch: StoreBatch) throws
+    /// Whether writes still reach what the next start will load: `false` once a database file was deleted or
+    /// replaced under the running broker (writes would go to a file nobody will read).
+    var isIntact: Bool { get }
+    /// A store opened anew at the same place, empty if the file is gone; for a store that is no longer intact.
+    func reopened() throws -> any PresenceStore
+    /// Where the state lives, for logs.
+    var location: String { get }
+}
+
+extension PresenceStore {
+    /// A store without a file is always intact.
+    public var isIntact: Bool { true }
+    public func reopened() throws -> any PresenceStore { self }
+    public var location: String { "memory" }
 }

@@ -9,7 +9,11 @@ import GRDB
 public final class SQLiteStore: PresenceStore {
     /// The database file.
     public let path: String
+    /// The data directory it lives in.
+    public let directory: String
     let database: DatabaseQueue
+    /// The file's device and inode when it was opened: a different pair, or none, means it was deleted or replaced.
+    private let identity: FileIdentity?
 
     /// Opens (or creates) `<directory>/rollcall.sqlite3`, making `directory` if it is missing, and brings the
     /// schema up to date.
@@ -17,6 +21,7 @@ public final class SQLiteStore: PresenceStore {
         try DataDirectory.create(directory)
         let path = (directory.hasSuffix("/") ? directory : directory + "/") + "rollcall.sqlite3"
         self.path = path
+        self.directory = directory
         var configuration = Configuration()
         // WAL, and with it GRDB sets `synchronous = NORMAL`: a commit appends to the WAL with write(2) and does not
         // wait for fsync. A committed batch survives the process being killed (kill -9, a crash): it is in the
@@ -32,7 +37,16 @@ public final class SQLiteStore: PresenceStore {
             try Self.migrator.migrate(database)
             return database
         }
+        identity = FileIdentity(path: path)
     }
+
+    /// Whether `path` is still the file this store opened (a `stat` call).
+    public var isIntact: Bool { identity != nil && FileIdentity(path: path) == identity }
+
+    /// A new store on the same directory: the file is made anew if it is gone.
+    public func reopened() throws -> any PresenceStore { try SQLiteStore(directory: directory) }
+
+    public var location: String { path }
 
     /// Reads everything stored; unreadable rows are left out and counted in ``StoredState/skippedRows``.
     public func load() throws -> StoredState {

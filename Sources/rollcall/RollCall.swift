@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 @main
 struct RollCall: AsyncParsableCommand {
@@ -9,4 +10,24 @@ struct RollCall: AsyncParsableCommand {
             Serve.self, Watch.self, Online.self, Query.self, GroupCommand.self, Simulate.self, Ping.self, Bench.self,
         ]
     )
+
+    /// Runs the subcommand; any error is one line on standard error and a non-zero exit status, as the README
+    /// promises (ArgumentParser would add the usage lines to a validation error). Help and version requests print
+    /// in full.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var command = command as? AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            guard code != .success, !(error is ExitCode) else { exit(withError: error) }
+            let message = message(for: error).split(separator: "\n").first.map(String.init) ?? "\(error)"
+            FileHandle.standardError.write(Data("rollcall: \(message)\n".utf8))
+            Foundation.exit(code.rawValue)
+        }
+    }
 }

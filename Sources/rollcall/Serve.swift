@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import RollCallBroker
 import ServiceLifecycle
+import UnixSignals
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -107,36 +108,25 @@ struct Serve: AsyncParsableCommand {
             c.storage = .directory(try setting(dataDir, "ROLLCALL_DATA_DIR", default: defaultDataDirectory()))
         }
         c.writeIntervalMilliseconds = try setting(writeIntervalMs, "ROLLCALL_WRITE_INTERVAL_MS", default: 200)
-        guard c.writeIntervalMilliseconds > 0 else { throw ValidationError("--write-interval-ms must be positive") }
         c.brokerHeartbeatMilliseconds = try setting(brokerHeartbeatMs, "ROLLCALL_BROKER_HEARTBEAT_MS", default: 1_000)
         c.presence.offlineGraceMilliseconds = try setting(offlineGraceMs, "ROLLCALL_OFFLINE_GRACE_MS", default: 0)
         c.presence.groupBatchMilliseconds = try setting(groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: 50)
         c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: 10_000)
         c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: 1_000_000)
         c.presence.maxMemberships = try setting(maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: 10_000_000)
-
-        let p = c.presence
-        guard p.heartbeatMilliseconds > 0, p.minTTLMilliseconds > 0 else {
-            throw ValidationError("--heartbeat-ms and --min-ttl-ms must be positive")
-        }
-        guard p.minTTLMilliseconds <= p.defaultTTLMilliseconds, p.defaultTTLMilliseconds <= p.maxTTLMilliseconds else {
-            throw ValidationError("TTLs must satisfy --min-ttl-ms <= --ttl-ms <= --max-ttl-ms")
-        }
-        guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
-            throw ValidationError("--heartbeat-ms must be shorter than --ttl-ms")
-        }
-        guard c.brokerHeartbeatMilliseconds > 0 else { throw ValidationError("--broker-heartbeat-ms must be positive") }
-        guard p.offlineGraceMilliseconds >= 0 else { throw ValidationError("--offline-grace-ms must be >= 0") }
-        guard p.groupBatchMilliseconds >= 0, p.maxGroupSize > 0, p.maxGroups > 0, p.maxMemberships > 0 else {
-            throw ValidationError("--group-batch-ms must be >= 0 and the group limits positive")
-        }
-        guard c.maxMessageBytes >= 1_024, p.maxSessions > 0, p.maxSessionsPerUser > 0, c.updateHighWaterMark > 0 else {
-            throw ValidationError("--max-message-bytes must be at least 1024; session limits and --update-hwm positive")
-        }
+        // The ranges and the checks across settings belong to the broker library, which any embedder gets too.
+        try c.validate()
         return c
     }
 
     func run() async throws {
+        // A reader of stderr that goes away (`| head`, a log shipper restarting) must not kill the broker: a failed
+        // log write is an error code, never a signal. So must a file-size limit reached by the store.
+        signal(SIGPIPE, SIG_IGN)
+        signal(SIGXFSZ, SIG_IGN)
+        // SIGHUP (a closing terminal or ssh session), SIGUSR1/2 and SIGALRM would end the process before its final
+        // write; they are caught from the start and noted instead.
+        let otherSignals = await UnixSignalsSequence(trapping: .sighup, .sigusr1, .sigusr2, .sigalrm)
         let configuration = try configuration()
         let levelText = try setting(logLevel, "ROLLCALL_LOG_LEVEL", default: "info")
         guard let level = Logger.Level(rawValue: levelText) else {
@@ -157,7 +147,19 @@ struct Serve: AsyncParsableCommand {
         let group = ServiceGroup(
             configuration: .init(
                 services: [.init(service: broker)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask {
+                for await signal in otherSignals {
+                    broker.received(signal == .sighup ? .hangup : .other("\(signal)"))
+                }
+            }
+            defer { tasks.cancelAll() }
+            do {
+                try await group.run()
+            } catch {
+                throw fail(error)
+            }
+        }
     }
 }
 

@@ -46,7 +46,7 @@ extension Integration {
             let ttl = try await ChildProcess.run(
                 ChildProcess.rollcall, ["serve", "--ephemeral", "--ttl-ms", "500", "--min-ttl-ms", "1000"])
             #expect(ttl.status != 0)
-            #expect(ttl.stderr.contains("--min-ttl-ms <= --ttl-ms"))
+            #expect(ttl.stderr.contains("--ttl-ms (500) must lie between --min-ttl-ms (1000)"))
             let endpoint = try await ChildProcess.run(
                 ChildProcess.rollcall, ["serve", "--ephemeral", "--command-endpoint", "tcp://nowhere"])
             #expect(endpoint.status != 0)

@@ -159,4 +159,22 @@ struct SQLiteStoreTests {
             #expect(try store.load().skippedRows == 11)
         }
     }
+
+    /// A store notices when its file is deleted or replaced, and `reopened()` makes a new, empty one in its place.
+    @Test func noticesDeletedOrReplacedFile() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            try store.write(StoreBatch(records: [fullRecord("alice")], brokerTime: at(1)))
+            #expect(store.isIntact)
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store.path + suffix) }
+            #expect(!store.isIntact)
+            let fresh = try store.reopened()
+            #expect(fresh.isIntact)
+            #expect(try fresh.load().records.isEmpty)
+            // Replaced: another file at the same path is not the one the store opened.
+            try FileManager.default.moveItem(atPath: store.path, toPath: store.path + ".old")
+            FileManager.default.createFile(atPath: store.path, contents: Data())
+            #expect(!fresh.isIntact)
+        }
+    }
 }

@@ -1,0 +1,100 @@
+import RollCallCore
+
+/// Why a configuration cannot run: one setting out of its documented range, or two that contradict each other.
+/// Settings are named as `rollcall serve` spells them, which is how the documentation names them too.
+public struct ConfigurationError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The setting at fault, such as `--ttl-ms`.
+    public var setting: String
+    public var message: String
+    public var description: String { "\(setting) \(message)" }
+
+    init(_ setting: String, _ message: String) {
+        self.setting = setting
+        self.message = message
+    }
+}
+
+extension BrokerConfiguration {
+    /// The documented range of every numeric setting. A day is the longest time any setting takes: every deadline
+    /// the broker computes is `now` plus one of them, so none can overflow, and "never" is not a setting.
+    public enum Range {
+        public static let day: Int64 = 86_400_000
+        public static let heartbeatMilliseconds: ClosedRange<Int64> = 1...3_600_000
+        public static let ttlMilliseconds: ClosedRange<Int64> = 1...day
+        public static let offlineGraceMilliseconds: ClosedRange<Int64> = 0...day
+        public static let writeIntervalMilliseconds: ClosedRange<Int64> = 1...3_600_000
+        public static let brokerHeartbeatMilliseconds: ClosedRange<Int64> = 10...3_600_000
+        public static let groupBatchMilliseconds: ClosedRange<Int64> = 0...60_000
+        public static let maxMessageBytes: ClosedRange<Int> = 1_024...16_777_216
+        public static let maxSessions: ClosedRange<Int> = 1...100_000_000
+        public static let maxSessionsPerUser: ClosedRange<Int> = 1...10_000
+        public static let updateHighWaterMark: ClosedRange<Int32> = 1...10_000_000
+        public static let maxGroupSize: ClosedRange<Int> = 1...1_000_000
+        public static let maxGroups: ClosedRange<Int> = 1...100_000_000
+        public static let maxMemberships: ClosedRange<Int> = 1...1_000_000_000
+        public static let brokerIDBytes: ClosedRange<Int> = 1...256
+    }
+
+    /// Checks every setting against its documented range and the settings against each other; the broker runs
+    /// only a configuration that passes. The first problem found is thrown.
+    public func validate() throws(ConfigurationError) {
+        try Self.check("--command-endpoint", endpoint: commandEndpoint)
+        try Self.check("--update-endpoint", endpoint: updateEndpoint)
+        let p = presence
+        try Self.check("--heartbeat-ms", p.heartbeatMilliseconds, in: Range.heartbeatMilliseconds)
+        try Self.check("--ttl-ms", p.defaultTTLMilliseconds, in: Range.ttlMilliseconds)
+        try Self.check("--min-ttl-ms", p.minTTLMilliseconds, in: Range.ttlMilliseconds)
+        try Self.check("--max-ttl-ms", p.maxTTLMilliseconds, in: Range.ttlMilliseconds)
+        try Self.check("--offline-grace-ms", p.offlineGraceMilliseconds, in: Range.offlineGraceMilliseconds)
+        try Self.check("--group-batch-ms", p.groupBatchMilliseconds, in: Range.groupBatchMilliseconds)
+        try Self.check("--max-sessions", p.maxSessions, in: Range.maxSessions)
+        try Self.check("--max-sessions-per-user", p.maxSessionsPerUser, in: Range.maxSessionsPerUser)
+        try Self.check("--max-group-size", p.maxGroupSize, in: Range.maxGroupSize)
+        try Self.check("--max-groups", p.maxGroups, in: Range.maxGroups)
+        try Self.check("--max-memberships", p.maxMemberships, in: Range.maxMemberships)
+        try Self.check("--max-message-bytes", maxMessageBytes, in: Range.maxMessageBytes)
+        try Self.check("--update-hwm", updateHighWaterMark, in: Range.updateHighWaterMark)
+        try Self.check("--write-interval-ms", writeIntervalMilliseconds, in: Range.writeIntervalMilliseconds)
+        try Self.check("--broker-heartbeat-ms", brokerHeartbeatMilliseconds, in: Range.brokerHeartbeatMilliseconds)
+        try Self.check("--broker-id", brokerID.utf8.count, in: Range.brokerIDBytes, unit: "bytes long")
+
+        guard p.minTTLMilliseconds <= p.defaultTTLMilliseconds, p.defaultTTLMilliseconds <= p.maxTTLMilliseconds else {
+            throw ConfigurationError(
+                "--ttl-ms",
+                "(\(p.defaultTTLMilliseconds)) must lie between --min-ttl-ms (\(p.minTTLMilliseconds)) "
+                    + "and --max-ttl-ms (\(p.maxTTLMilliseconds))")
+        }
+        guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
+            throw ConfigurationError(
+                "--heartbeat-ms",
+                "(\(p.heartbeatMilliseconds)) must be shorter than --ttl-ms (\(p.defaultTTLMilliseconds))")
+        }
+    }
+
+    private static func check<T: BinaryInteger>(
+        _ setting: String, _ value: T, in range: ClosedRange<T>, unit: String = ""
+    ) throws(ConfigurationError) {
+        guard !range.contains(value) else { return }
+        let what = unit.isEmpty ? "" : " \(unit)"
+        throw ConfigurationError(
+            setting, "must be\(what) from \(range.lowerBound) to \(range.upperBound), not \(value)")
+    }
+
+    /// A `tcp://` endpoint needs a host and a port from 1 to 65535 or `*` (libzmq would silently bind port 99999 as
+    /// 34463); `ipc://` and `inproc://` need a name.
+    static func check(_ setting: String, endpoint: String) throws(ConfigurationError) {
+        let usage = "must be tcp://HOST:PORT (port 1 to 65535, or * for a free one), ipc://PATH or inproc://NAME"
+        if endpoint.hasPrefix("ipc://") || endpoint.hasPrefix("inproc://") {
+            guard !endpoint.hasSuffix("//") else { throw ConfigurationError(setting, "\(usage), not '\(endpoint)'") }
+            return
+        }
+        guard endpoint.hasPrefix("tcp://"), let colon = endpoint.lastIndex(of: ":"),
+            endpoint.distance(from: endpoint.startIndex, to: colon) > "tcp://".count
+        else { throw ConfigurationError(setting, "\(usage), not '\(endpoint)'") }
+        let port = endpoint[endpoint.index(after: colon)...]
+        if port == "*" { return }
+        guard let number = Int(port), (1...65_535).contains(number), port.allSatisfy(\.isASCII) else {
+            throw ConfigurationError(setting, "\(usage), not '\(endpoint)'")
+        }
+    }
+}
