@@ -217,5 +217,25 @@ extension Integration {
                 #expect(Array(record.text?.utf8 ?? "".utf8) == Array("cafe\u{301}".utf8))
             }
         }
+
+        /// The README's first command works as root without sudo and for any python3: it runs the install script,
+        /// which exists, is executable, parses, and never calls sudo as root; and the python3 on this PATH (the
+        /// one the interop tests run) imports pyzmq.
+        @Test func readmeCommandsNeedNeitherSudoNorDebiansPython() async throws {
+            let root = ChildProcess.repositoryRoot
+            let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+            let firstCommand = try #require(
+                readme.split(separator: "\n").first { $0.hasSuffix("swift run -c release rollcall serve") })
+            #expect(firstCommand.hasPrefix("scripts/install-dependencies && "), "\(firstCommand)")
+            #expect(!firstCommand.contains("sudo"))
+            let script = root.appendingPathComponent("scripts/install-dependencies").path
+            #expect(FileManager.default.isExecutableFile(atPath: script))
+            let syntax = try await ChildProcess.run("/bin/bash", ["-n", script])
+            #expect(syntax.status == 0, "\(syntax.stderr)")
+            let text = try String(contentsOfFile: script, encoding: .utf8)
+            #expect(text.contains("if [ \"$(id -u)\" -eq 0 ]; then\n    as_root=()"))
+            let python = try await ChildProcess.run("/usr/bin/env", ["python3", "-c", "import zmq"])
+            #expect(python.status == 0, "python3 on the PATH cannot import zmq: \(python.stderr)")
+        }
     }
 }
