@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "rollcall", targets: ["rollcall"]),
+        .executable(name: "rollcall-bench", targets: ["rollcall-bench"]),
         .library(name: "RollCallClient", targets: ["RollCallClient"]),
         .library(name: "RollCallBroker", targets: ["RollCallBroker"]),
     ],
@@ -50,11 +51,17 @@ let package = Package(
         ),
         // The client library the CLI and the tests use.
         .target(name: "RollCallClient", dependencies: ["RollCallCore", "RollCallWire", "ZeroMQ"]),
+        // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, and
+        // the fake users of `rollcall simulate`.
+        .target(
+            name: "RollCallTestSupport",
+            dependencies: ["RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ"]
+        ),
         // Benchmarks: real broker processes driven over loopback, latency in HDR histograms, CPU and RSS from /proc.
         .target(
             name: "RollCallBench",
             dependencies: [
-                "RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ",
+                "RollCallClient", "RollCallCore", "RollCallTestSupport", "RollCallWire", "ZeroMQ",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),
@@ -62,12 +69,17 @@ let package = Package(
         .executableTarget(
             name: "rollcall",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "RollCallBench",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "RollCallTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
+        ),
+        // The benchmarks' own executable, so that the broker's binary does not carry them.
+        .executableTarget(
+            name: "rollcall-bench",
+            dependencies: ["RollCallBench", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
@@ -76,8 +88,8 @@ let package = Package(
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [
-                "RollCallBench", "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ",
-                "rollcall",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallStore", "RollCallTestSupport",
+                "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

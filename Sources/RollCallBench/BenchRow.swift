@@ -66,3 +66,9 @@ func pace(until due: ContinuousClock.Instant) {
 extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
+
+/// Why a benchmark could not run or gave no figures.
+public struct BenchError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

@@ -1,5 +1,6 @@
 import Foundation
 import RollCallCore
+import RollCallTestSupport
 import RollCallWire
 import Synchronization
 import ZeroMQ

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
-import RollCallBench
 import RollCallClient
 import RollCallCore
+import RollCallTestSupport
 
 struct Simulate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

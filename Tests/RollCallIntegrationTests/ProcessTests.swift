@@ -161,5 +161,16 @@ extension Integration {
                 #expect(run.stdout.contains("py-team: 2 of 5 online"))
             }
         }
+
+        /// The broker's binary carries no benchmark code: it lives in `rollcall-bench`, which `rollcall bench` runs.
+        @Test func benchmarksAreTheirOwnExecutable() async throws {
+            let symbols = try await ChildProcess.run("/usr/bin/nm", [ChildProcess.rollcall], timeout: 30_000)
+            #expect(symbols.status == 0)
+            #expect(symbols.stdout.contains("RollCallBroker"))  // nm read the binary
+            #expect(!symbols.stdout.contains("RollCallBench"))
+            let help = try await ChildProcess.run(ChildProcess.rollcall, ["bench", "presence", "--help"])
+            #expect(help.status == 0)
+            #expect(help.stdout.contains("rollcall-bench presence"))
+        }
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
-import RollCallBench
 import RollCallClient
 import RollCallCore
+import RollCallTestSupport
 import RollCallWire
 import Testing
 import ZeroMQ

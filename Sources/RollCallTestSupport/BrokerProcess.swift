@@ -1,6 +1,6 @@
 import Foundation
 
-/// A `rollcall serve` child process on free loopback ports, measured from `/proc` as the benchmark runs.
+/// A `rollcall serve` child process on free loopback ports, measured from `/proc`: for benchmarks and tests.
 public final class BrokerProcess {
     public let pid: Int32
     public let command: String
@@ -34,7 +34,7 @@ public final class BrokerProcess {
         func endpoint(_ key: String) throws -> String {
             guard let range = log.range(of: "\(key)=tcp://[0-9.]+:[0-9]+", options: .regularExpression) else {
                 process.terminate()
-                throw BenchError("the broker did not start: \(log)")
+                throw SupportError("the broker did not start: \(log)")
             }
             return String(log[range].dropFirst(key.count + 1))
         }
@@ -77,7 +77,8 @@ public enum ProcessStats {
     }
 }
 
-public struct BenchError: Error, CustomStringConvertible {
+/// Why a test-support tool failed: a broker that did not start, a request that failed or went unanswered.
+public struct SupportError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }

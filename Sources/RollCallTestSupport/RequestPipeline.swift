@@ -42,7 +42,7 @@ public final class RequestPipeline {
         let reply = try Codec.decodeReply(lastReply)
         switch reply.result {
         case .success(let fields): return fields
-        case .failure(let error): throw BenchError("\(request.op) failed: \(error.code.rawValue): \(error.message)")
+        case .failure(let error): throw SupportError("\(request.op) failed: \(error.code.rawValue): \(error.message)")
         }
     }
 
@@ -55,7 +55,7 @@ public final class RequestPipeline {
     private func receive(wait: Bool) throws -> Bool {
         if wait {
             var poller = Poller([socket])
-            guard try poller.poll(timeout: 10_000)[0] else { throw BenchError("no reply within 10 s") }
+            guard try poller.poll(timeout: 10_000)[0] else { throw SupportError("no reply within 10 s") }
         }
         guard let (frames, _) = try socket.receiveMessage() else { return false }
         inFlight -= 1

@@ -1,0 +1,166 @@
+import ArgumentParser
+import Foundation
+import RollCallBench
+
+@main
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rollcall-bench",
+        abstract: "Measure a broker: starts `rollcall serve` as a child process and drives it over loopback.",
+        discussion: """
+            Results: docs/benchmarks.md. Run a release build (swift build -c release); the broker is the `rollcall` \
+            executable beside this one unless ROLLCALL_BIN names another.
+            """,
+        subcommands: [AllBench.self, GroupsBench.self])
+}
+
+/// The broker to measure: `ROLLCALL_BIN`, else the `rollcall` executable in this one's directory.
+func brokerExecutable() -> String {
+    if let given = ProcessInfo.processInfo.environment["ROLLCALL_BIN"], !given.isEmpty { return given }
+    let own = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    return own.deletingLastPathComponent().appendingPathComponent("rollcall").path
+}
+
+/// Prints one line to standard output at once.
+func emit(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
+/// Reports a failure as one line on standard error and exits non-zero.
+func fail(_ error: Error) -> ExitCode {
+    FileHandle.standardError.write(Data("rollcall-bench: \(error)\n".utf8))
+    return ExitCode(1)
+}
+
+/// The presence scenarios, from the benchmark issue, in one run.
+struct AllBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "presence",
+        abstract: "Latency, throughput, sessions at rest, fan-out, crash detection and TTL expiry, one after another.",
+        discussion: "--only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry.")
+
+    @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
+    @Option(help: "Seconds per measured run.") var seconds = 5.0
+    @Option(help: "Comma-separated scenarios to run (default: all).") var only: String?
+    @Option(help: "Write the rows as JSON to this file.") var json: String?
+
+    func run() async throws {
+        let executable = brokerExecutable()
+        let bench = PresenceBenchmarks(executable: executable) { line in
+            FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
+        }
+        let wanted = Set(
+            (only ?? "latency,throughput,sessions,fanout,crash,expiry").split(separator: ",").map(String.init))
+        let seconds = smoke ? 0.5 : self.seconds
+        var rows: [BenchRow] = []
+        func add(_ row: BenchRow) {
+            rows.append(row)
+            emit("\(row.id): \(row.summary)")
+        }
+        do {
+            if wanted.contains("codec") { add(CodecBenchmark.run(iterations: smoke ? 10_000 : 500_000)) }
+            if wanted.contains("latency") {
+                for rate in smoke ? [500] : [500, 1_000, 10_000, 50_000] {
+                    add(try bench.latency(rate: rate, seconds: seconds))
+                }
+            }
+            if wanted.contains("throughput") {
+                for subscribers in smoke ? [1] : [1, 10] {
+                    add(try bench.throughput(subscribers: subscribers, seconds: seconds))
+                }
+            }
+            if wanted.contains("sessions") {
+                for count in smoke ? [1_000] : [10_000, 100_000] {
+                    add(try bench.sessions(count: count, seconds: smoke ? 1 : max(5, seconds)))
+                }
+            }
+            if wanted.contains("fanout") {
+                add(try bench.fanout(subscribers: smoke ? 50 : 1_000, changes: smoke ? 5 : 50))
+            }
+            if wanted.contains("crash") { add(try bench.crash(trials: smoke ? 10 : 200)) }
+            if wanted.contains("expiry") {
+                add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))
+            }
+        } catch {
+            throw fail(error)
+        }
+        emit("\n" + BenchRow.table(rows))
+        for row in rows where row.histogram != nil { emit("\n== \(row.id) (ms)\n\(row.histogram!)") }
+        if let json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(rows).write(to: URL(fileURLWithPath: json))
+        }
+    }
+}
+
+struct GroupsBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "groups",
+        abstract: "Groups under churn: member change to group message latency, broker CPU, memory per group.",
+        discussion: """
+            Without options it runs the two scenarios of the groups issue: 100,000 groups of 5 over 100,000 users, \
+            and 100 groups of 10,000 over 20,000 users (each user in about 50 groups), each with --rate status \
+            changes a second. --smoke runs a small, fast version for CI.
+            """)
+
+    @Option(help: "Status changes a second.") var rate = 2_000
+    @Option(help: "Seconds of churn per scenario.") var seconds = 10.0
+    @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
+    @Option(help: "Write the results as JSON to this file.") var json: String?
+
+    func run() async throws {
+        let executable = brokerExecutable()
+        let scenarios: [GroupBenchmark.Parameters] =
+            smoke
+            ? [
+                .init(name: "smoke 200x5", groups: 200, size: 5, pool: 500, rate: 200, seconds: 1),
+                .init(name: "smoke 4x200", groups: 4, size: 200, pool: 400, rate: 200, seconds: 1),
+            ]
+            : [
+                .init(name: "100k groups of 5", groups: 100_000, size: 5, pool: 100_000, rate: rate, seconds: seconds),
+                .init(name: "100 groups of 10k", groups: 100, size: 10_000, pool: 20_000, rate: rate, seconds: seconds),
+            ]
+        var results: [GroupBenchmark.Result] = []
+        for scenario in scenarios {
+            let result = try GroupBenchmark(scenario, executable: executable).run { line in
+                FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
+            }
+            results.append(result)
+            emit("\n== \(result.scenario): member change -> group message latency (ms)\n\(result.histogram)")
+        }
+        emit(GroupTable.render(results))
+        if let json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(results).write(to: URL(fileURLWithPath: json))
+        }
+        if results.contains(where: { $0.failures > 0 || $0.changedEntries == 0 }) {
+            throw fail(BenchError("some requests failed or no group message arrived"))
+        }
+    }
+}
+
+enum GroupTable {
+    static func render(_ results: [GroupBenchmark.Result]) -> String {
+        var lines = [
+            "| scenario | memberships | changes/s | group msgs/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | broker CPU | RSS | bytes/group | bytes/membership |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in results {
+            let cells = [
+                r.scenario, "\(r.memberships)", format(Double(r.changesSent) / r.seconds, 0),
+                format(Double(r.groupMessages) / r.seconds, 0), format(r.latencyMs["p50"]!, 2),
+                format(r.latencyMs["p90"]!, 2), format(r.latencyMs["p99"]!, 2), format(r.latencyMs["p99.9"]!, 2),
+                format(r.latencyMs["max"]!, 2), format(r.brokerCPUPercent, 1) + " %",
+                format(Double(r.rssWithGroupsBytes) / 1_048_576, 1) + " MB", format(r.bytesPerGroup, 0),
+                format(r.bytesPerMembership, 0),
+            ]
+            lines.append("| " + cells.joined(separator: " | ") + " |")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func format(_ value: Double, _ digits: Int) -> String { String(format: "%.\(digits)f", value) }
+}
