@@ -68,8 +68,10 @@ public struct PresenceCore: Sendable {
         var publishedSessions = 0
     }
 
-    /// A session's expiry check. The heap holds at most one per session: a heartbeat only moves
-    /// `Session.expiresAt`, and a check that finds the session renewed puts itself back at the new time.
+    /// A session's expiry check. A heartbeat only moves `Session.expiresAt`, and a check that finds the session
+    /// renewed puts itself back at the new time, so a live session has one check, or two while it waits out a
+    /// grace period. Checks of ended sessions stay until they come due; ``compactExpiriesIfStale()`` keeps them
+    /// below twice the live sessions plus 1,024.
     struct ExpiryCheck: Comparable, Sendable {
         var at: BrokerTime
         var session: SessionID
@@ -102,6 +104,9 @@ public struct PresenceCore: Sendable {
 
     /// The number of live sessions.
     public var sessionCount: Int { sessions.count }
+
+    /// The expiry checks the core holds, those of ended sessions included: what the compaction bounds.
+    public var expiryCheckCount: Int { expiries.count }
 
     /// The number of users available now.
     public internal(set) var availableUserCount = 0

@@ -48,7 +48,11 @@ func withBroker<T>(
     let broker = try Broker(configuration: configuration, logger: logger)
     let running = Task { try await broker.run() }
     // Test bodies block their thread in socket calls; start the loop's own thread before they take the pool.
-    while !broker.isRunning { try await Task.sleep(for: .milliseconds(2)) }
+    let started = ContinuousClock.now
+    while !broker.isRunning {
+        guard ContinuousClock.now < started + .seconds(10) else { throw TestFailure("the broker's loop did not start") }
+        try await Task.sleep(for: .milliseconds(2))
+    }
     do {
         let result = try await body(TestBroker(broker: broker))
         broker.stop()

@@ -35,7 +35,13 @@ final class RestartableBroker {
         configuration.updateEndpoint = broker.updateEndpoint
         self.broker = broker
         task = Task { try await broker.run() }
-        while !broker.isRunning { try await Task.sleep(for: .milliseconds(2)) }
+        let started = ContinuousClock.now
+        while !broker.isRunning {
+            guard ContinuousClock.now < started + .seconds(10) else {
+                throw TestFailure("the broker's loop did not start")
+            }
+            try await Task.sleep(for: .milliseconds(2))
+        }
     }
 
     func stop() async throws {
