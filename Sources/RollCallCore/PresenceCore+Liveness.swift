@@ -13,7 +13,7 @@ extension PresenceCore {
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
             } else {
                 expired[session.user, default: []].append(check.session)
-                if let ending = session.ending { reasons[session.user] = ending }
+                if session.expiryReason != .timeout { reasons[session.user] = session.expiryReason }
             }
         }
         // A session whose connection closed and whose grace ran out ended because of the close, and a restart's

@@ -67,10 +67,9 @@ extension PresenceCore {
             if record.status.isAvailable {
                 let id = SessionID("restored/\(record.user.rawValue)")  // '/' is never in a broker-made token
                 statusChanges += 1
-                sessions[id] = Session(
-                    user: record.user, device: nil, status: record.status, text: record.text,
-                    statusOrder: statusChanges, ttl: ttl, expiresAt: now + ttl, connection: nil, ending: .restart,
-                    placeholder: true)
+                sessions[id] = .placeholder(
+                    user: record.user, status: record.status, text: record.text, statusOrder: statusChanges, ttl: ttl,
+                    now: now)
                 expiries.insert(ExpiryCheck(at: now + ttl, session: id))
                 user.sessions = [id]
                 availableUserCount += 1

@@ -50,7 +50,7 @@ extension PresenceCore {
         }
 
         // Placeholders kept for users from before a restart give way to this hello: they count for no limit.
-        let placeholders = users[hello.user]?.sessions.filter { sessions[$0]?.placeholder == true } ?? []
+        let placeholders = users[hello.user]?.sessions.filter { sessions[$0]?.isPlaceholder == true } ?? []
         guard sessions.count - placeholderCount < configuration.maxSessions else {
             return .failure(.limit, "the broker holds its maximum of \(configuration.maxSessions) sessions")
         }
@@ -70,7 +70,7 @@ extension PresenceCore {
         statusChanges += 1
         sessions[id] = Session(
             user: hello.user, device: hello.device, status: hello.status, text: normalized(hello.text),
-            statusOrder: statusChanges, ttl: ttl, expiresAt: now + ttl, connection: connection)
+            statusOrder: statusChanges, ttl: ttl, now: now, connection: connection)
         users[hello.user, default: User()].sessions.append(id)
         if let connection { connections[connection, default: []].insert(id) }
         expiries.insert(ExpiryCheck(at: now + ttl, session: id))
@@ -109,7 +109,7 @@ extension PresenceCore {
 
     /// Ends a session at once (logout).
     public mutating func bye(session id: SessionID, now: BrokerTime) -> Outcome<Void> {
-        guard let session = sessions[id], !session.placeholder else { return unknownSession(id) }
+        guard let session = sessions[id], !session.isPlaceholder else { return unknownSession(id) }
         let user = session.user
         return Outcome(.success(()), updates: end([id], of: user, now: now, reason: .bye))
     }
@@ -124,9 +124,7 @@ extension PresenceCore {
         for id in ids {
             guard var session = sessions[id] else { continue }
             if grace > 0 {
-                session.connection = nil
-                session.ending = .closed
-                session.expiresAt = min(session.expiresAt, now + grace)
+                session.detach(now: now, grace: grace)
                 sessions[id] = session
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: id))
             } else {
@@ -140,14 +138,10 @@ extension PresenceCore {
 
     /// Renews a live session and moves it to `connection`; returns its user, or `nil` if it is not live.
     mutating func touch(_ id: SessionID, connection: ConnectionID?, now: BrokerTime) -> UserID? {
-        guard var session = sessions[id], !session.placeholder else { return nil }
-        session.expiresAt = now + session.ttl
-        session.ending = nil
-        if let connection, connection != session.connection {
-            if let old = session.connection { removeFromConnection(old, id) }
-            connections[connection, default: []].insert(id)
-            session.connection = connection
-        }
+        guard var session = sessions[id], !session.isPlaceholder else { return nil }
+        let move = session.renew(over: connection, now: now)
+        if let left = move.left { removeFromConnection(left, id) }
+        if move.joined, let connection { connections[connection, default: []].insert(id) }
         sessions[id] = session
         return session.user
     }
@@ -157,7 +151,7 @@ extension PresenceCore {
         for id in ids {
             guard let session = sessions.removeValue(forKey: id) else { continue }
             if let connection = session.connection { removeFromConnection(connection, id) }
-            if session.placeholder { placeholderCount -= 1 }
+            if session.isPlaceholder { placeholderCount -= 1 }
         }
         users[user]?.sessions.removeAll { ids.contains($0) }
         compactExpiriesIfStale()

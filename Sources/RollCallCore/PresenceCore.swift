@@ -40,22 +40,6 @@ public struct PresenceCore: Sendable {
         public init() {}
     }
 
-    struct Session: Sendable {
-        let user: UserID
-        var device: String?
-        var status: Status
-        var text: String?
-        /// When the status last changed, as a core-wide counter: among equal statuses the latest change wins.
-        var statusOrder: UInt64
-        let ttl: Int64
-        var expiresAt: BrokerTime
-        var connection: ConnectionID?
-        /// Set when the session's connection closed and it waits out the grace period: why it will end.
-        var ending: OfflineReason?
-        /// Stands for the sessions a user had before a restart, until they come back; no client can name it.
-        var placeholder = false
-    }
-
     struct User: Sendable {
         var sessions: [SessionID] = []
         var status: Status = .offline

@@ -1,0 +1,108 @@
+extension PresenceCore {
+    /// One session: what its client set, and where it stands in its life (``State``). Every change of state goes
+    /// through the mutating functions below, so that the transitions live in one place.
+    struct Session: Sendable {
+        /// Where a session stands. Each state carries what only it has, so no impossible mix can be represented.
+        ///
+        /// ```
+        ///            hello                     request over another connection
+        ///   ───────────────────▶ attached ◀──────────────────────────────┐
+        ///                          │   ▲  └──────────────────────────────┘
+        ///   connection closed,     │   │ any request names it
+        ///   grace > 0              ▼   │ (over any connection)
+        ///                        detached ──── grace or TTL runs out ──▶ ended (closed)
+        ///
+        ///   restore ──▶ placeholder ──── a hello of its user ──▶ replaced, nothing published
+        ///                     └───────── TTL runs out ─────────▶ ended (restart)
+        /// ```
+        /// `attached` also ends by `bye` (reason bye), by its TTL (timeout), and by its connection closing without a
+        /// grace period (closed).
+        enum State: Sendable, Equatable {
+            /// Live: its latest request came over `connection`, or over a transport the broker cannot track (`nil`,
+            /// such as inproc), where only the TTL ends it.
+            case attached(ConnectionID?)
+            /// Its connection closed and it waits out the grace period; a request that names it attaches it again.
+            case detached
+            /// Stands for the sessions a user had before a restart, until a hello of that user takes its place. No
+            /// client can name it.
+            case placeholder
+        }
+
+        let user: UserID
+        var device: String?
+        var status: Status
+        var text: String?
+        /// When the status last changed, as a core-wide counter: among equal statuses the latest change wins.
+        var statusOrder: UInt64
+        let ttl: Int64
+        var expiresAt: BrokerTime
+        private(set) var state: State
+
+        /// A session opened by `hello`, attached to the connection it came over.
+        init(
+            user: UserID, device: String?, status: Status, text: String?, statusOrder: UInt64, ttl: Int64,
+            now: BrokerTime, connection: ConnectionID?
+        ) {
+            self.user = user
+            self.device = device
+            self.status = status
+            self.text = text
+            self.statusOrder = statusOrder
+            self.ttl = ttl
+            self.expiresAt = now + ttl
+            self.state = .attached(connection)
+        }
+
+        /// A placeholder for a user who was available when the previous run stopped.
+        static func placeholder(
+            user: UserID, status: Status, text: String?, statusOrder: UInt64, ttl: Int64, now: BrokerTime
+        )
+            -> Session
+        {
+            var session = Session(
+                user: user, device: nil, status: status, text: text, statusOrder: statusOrder, ttl: ttl, now: now,
+                connection: nil)
+            session.state = .placeholder
+            return session
+        }
+
+        /// The connection its latest request came over, while attached to one.
+        var connection: ConnectionID? {
+            if case .attached(let connection) = state { return connection }
+            return nil
+        }
+
+        var isPlaceholder: Bool { state == .placeholder }
+
+        /// Why it ends when its deadline comes: a detached session because its connection closed, a placeholder
+        /// because its user did not come back, an attached one because it fell silent.
+        var expiryReason: OfflineReason {
+            switch state {
+            case .attached: .timeout
+            case .detached: .closed
+            case .placeholder: .restart
+            }
+        }
+
+        /// A request named it: it lives another TTL from `now`, attached to `connection` if the request came over a
+        /// tracked one (else to the connection it had). Says whether it joined `connection` and which one it left. A
+        /// placeholder is never renewed: no client can name it.
+        mutating func renew(over connection: ConnectionID?, now: BrokerTime) -> (joined: Bool, left: ConnectionID?) {
+            precondition(!isPlaceholder, "a placeholder cannot be named by a request")
+            expiresAt = now + ttl
+            guard let connection, state != .attached(connection) else {
+                state = .attached(self.connection)
+                return (false, nil)
+            }
+            let left = self.connection
+            state = .attached(connection)
+            return (true, left)
+        }
+
+        /// Its connection closed: it waits out `grace` (never longer than its TTL) before it ends.
+        mutating func detach(now: BrokerTime, grace: Int64) {
+            state = .detached
+            expiresAt = min(expiresAt, now + grace)
+        }
+    }
+}
