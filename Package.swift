@@ -49,8 +49,12 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // What a client does, whatever its transport: the session's state machine. No libzmq, so that a client
+        // over another transport can use it.
+        .target(name: "RollCallClientCore", dependencies: ["RollCallCore", "RollCallWire"]),
         // The client library the CLI and the tests use.
-        .target(name: "RollCallClient", dependencies: ["RollCallCore", "RollCallWire", "ZeroMQ"]),
+        .target(
+            name: "RollCallClient", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire", "ZeroMQ"]),
         // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, and
         // the fake users of `rollcall simulate`.
         .target(
@@ -85,6 +89,8 @@ let package = Package(
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
         .testTarget(name: "RollCallWireTests", dependencies: ["RollCallWire", "RollCallCore"]),
         .testTarget(name: "RollCallStoreTests", dependencies: ["RollCallStore", "RollCallCore"]),
+        .testTarget(
+            name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [

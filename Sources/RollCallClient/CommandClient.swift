@@ -12,10 +12,12 @@ public final class CommandClient {
     private var socket: Socket
     private var nextID: Int64 = 0
 
-    public init(endpoint: String, timeoutMilliseconds: Int = 3_000) throws {
+    /// Connects to `endpoint`. Clients share the process's one context unless given another.
+    public init(endpoint: String, timeoutMilliseconds: Int = 3_000, context: Context? = nil) throws {
         self.endpoint = endpoint
         self.timeoutMilliseconds = timeoutMilliseconds
-        context = try Context()
+        let context = try context ?? .shared()
+        self.context = context
         socket = try Self.connect(endpoint, context)
     }
 
@@ -42,12 +44,13 @@ public final class CommandClient {
         let id = JSON.number(String(nextID))
         let deadline = Deadline(milliseconds: timeoutMilliseconds)
         let body = Codec.encodeRequest(request, id: id)
-        // Until the connection is up a send finds no peer: try again until the deadline.
+        // Until the connection is up a send finds no peer (ZMQ_IMMEDIATE): wait until the socket can send.
+        var writable = Poller([socket], events: .writable)
         while try !socket.send(body) {
-            guard deadline.remaining != nil else {
+            guard let remaining = deadline.remaining else {
                 throw ClientError.timedOut(op: request.op, milliseconds: timeoutMilliseconds)
             }
-            Thread.sleep(forTimeInterval: 0.005)
+            _ = try writable.poll(timeout: remaining)
         }
         var poller = Poller([socket])
         while let remaining = deadline.remaining {

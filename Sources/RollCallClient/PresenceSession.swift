@@ -1,197 +1,123 @@
 import Foundation
+import RollCallClientCore
 import RollCallCore
 import RollCallWire
 import Synchronization
 import ZeroMQ
 
-/// A session that keeps itself alive through broker restarts and outages.
+/// A session that keeps itself alive through broker restarts and outages, over ZeroMQ.
 ///
-/// It says hello when made, then on its own thread heartbeats at the interval the broker asked for and sends status
-/// changes. When the broker answers `unknown_session` (it restarted, or the session expired) it says hello again
-/// with the status the application last asked for. When the broker does not answer, it retries with capped,
-/// jittered exponential backoff starting at one second; status changes made meanwhile are kept (only the latest)
-/// and sent once the broker answers again. Closing says bye.
+/// It says hello when made, then its own thread follows ``SessionMachine``'s rules: heartbeats at the interval the
+/// broker asked for, status changes at once; on `unknown_session` (the broker restarted, or the session expired) a
+/// new hello with the status the application last asked for; when the broker does not answer, capped, jittered
+/// exponential backoff from one second, keeping the latest status change for when it answers again. Closing says
+/// bye.
 public final class PresenceSession: Sendable {
     /// Where the session stands.
-    public enum State: Sendable, Equatable {
-        /// The broker answers; the session is live.
-        case live(SessionID)
-        /// The broker does not answer; retrying.
-        case reconnecting(attempt: Int)
-        /// Closed by the application.
-        case closed
-    }
+    public typealias State = SessionMachine.Phase
 
-    private struct Shared {
-        var desired: (status: Status, text: String?)
-        var statusPending = false
-        /// Counts status changes, so that one made while a request is under way is not taken as sent.
-        var statusVersion = 0
-        var closing = false
-        var state: State
-        var lastError: ClientError?
-    }
-
+    /// The session's rules (``SessionMachine``) behind a lock: the application's thread tells it of status changes
+    /// and closing, the session's thread drives it.
+    private let machine: Mutex<SessionMachine>
     /// The session the broker granted first.
     public let granted: PresenceCore.Granted
-    private let shared: Mutex<Shared>
     private let waker: Waker
     private let finished = DispatchSemaphore(value: 0)
     private let onState: (@Sendable (State) -> Void)?
+    private let start = ContinuousClock.now
 
     /// Says hello over a new connection to `endpoint` (failing if the broker does not answer) and starts the
     /// session's thread. `onState` is called on that thread whenever the state changes.
     public init(
-        endpoint: String, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
+        endpoint: String, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000, context: Context? = nil,
         onState: (@Sendable (State) -> Void)? = nil
     ) throws {
-        let client = try CommandClient(endpoint: endpoint, timeoutMilliseconds: timeoutMilliseconds)
+        let context = try context ?? .shared()
+        let client = try CommandClient(endpoint: endpoint, timeoutMilliseconds: timeoutMilliseconds, context: context)
         granted = try client.hello(hello)
-        shared = Mutex(Shared(desired: (hello.status, hello.text), state: .live(granted.session)))
+        machine = Mutex(SessionMachine(hello: hello, granted: granted, now: 0))
         self.onState = onState
-        let context = try Context()
         let (waker, wakeSocket) = try Waker.make(context: context, name: "session-\(granted.session.rawValue)")
         self.waker = waker
-        let handOff = HandOff((client, wakeSocket, context, hello))
+        let handOff = HandOff((client, wakeSocket))
         Thread { [self] in
-            let (client, wakeSocket, context, hello) = handOff.take()
-            withExtendedLifetime(context) { self.run(client: client, wake: wakeSocket, hello: hello) }
+            let (client, wakeSocket) = handOff.take()
+            run(client: client, wake: wakeSocket)
         }.start()
     }
 
     /// Sets the session's status and text; sent at once, or as soon as the broker answers again.
     public func setStatus(_ status: Status, text: String? = nil) {
-        shared.withLock {
-            $0.desired = (status, text)
-            $0.statusPending = true
-            $0.statusVersion += 1
-        }
+        machine.withLock { $0.setStatus(status, text: text) }
         waker.wake()
     }
 
-    public var state: State { shared.withLock { $0.state } }
+    public var state: State { machine.withLock { $0.phase } }
 
-    /// The last error a request met, if any.
-    public var lastError: ClientError? { shared.withLock { $0.lastError } }
+    /// The last failure a call met, if any: a refusal, or why the broker did not answer.
+    public var lastError: SessionMachine.Failure? { machine.withLock { $0.lastError } }
 
     /// Says bye (if the broker answers) and stops. Returns once that is done. Not from `onState`, which runs on the
     /// session's own thread: it would wait for itself.
     public func close() {
-        shared.withLock { $0.closing = true }
+        machine.withLock { $0.close() }
         waker.wake()
         finished.wait()
         finished.signal()  // a second close returns at once
         waker.close()
     }
 
-    private func run(client: CommandClient, wake: Socket, hello: PresenceCore.Hello) {
+    /// Monotonic milliseconds since the session began: the machine's clock.
+    private var now: Int64 {
+        let elapsed = ContinuousClock.now - start
+        return elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+    }
+
+    /// The session's thread: carries out what the machine asks, one call at a time.
+    private func run(client: CommandClient, wake: Socket) {
         defer { finished.signal() }
-        var session = granted.session
-        var heartbeat = Int(granted.heartbeatMilliseconds)
         var poller = Poller([wake])
-        var next = Deadline(milliseconds: heartbeat)
-        var backoff = Backoff()
-        var reachable = true
+        var reported = state
         while true {
-            _ = try? poller.poll(timeout: next.remaining ?? 0)
-            try? wake.drain()
-            let (desired, statusPending, version, closing) = shared.withLock {
-                ($0.desired, $0.statusPending, $0.statusVersion, $0.closing)
-            }
-            if closing {
-                if reachable { try? client.bye(session) }
-                update(.closed)
+            let action = machine.withLock { $0.next(now: now) }
+            switch action {
+            case .stop:
+                report(&reported)
                 return
-            }
-            // Between retries only a due attempt counts; a status change waits for it.
-            guard next.remaining == nil || (statusPending && reachable) else { continue }
-            do {
-                if statusPending {
-                    try client.setStatus(session, desired.status, text: desired.text)
-                    sent(version)
-                } else {
-                    try client.heartbeat(session)
-                }
-                reachable = true
-                backoff.reset()
-                next = Deadline(milliseconds: heartbeat)
-                update(.live(session))
-            } catch ClientError.rejected(let error) where error.code == .unknownSession {
-                // The broker restarted or let the session expire: a new session with the status asked for last.
-                var again = hello
-                (again.status, again.text) = desired
+            case .sleep(let until):
                 do {
-                    let granted = try client.hello(again)
-                    session = granted.session
-                    heartbeat = Int(granted.heartbeatMilliseconds)
-                    sent(version)
-                    reachable = true
-                    backoff.reset()
-                    next = Deadline(milliseconds: heartbeat)
-                    update(.live(session))
-                } catch ClientError.rejected(let refused) {
-                    // The broker answers but refuses this hello (its text, say): go back to the first hello's.
-                    shared.withLock {
-                        $0.lastError = .rejected(refused)
-                        $0.desired = (hello.status, hello.text)
-                        $0.statusPending = false
-                    }
-                    next = Deadline(milliseconds: heartbeat)
+                    _ = try poller.poll(timeout: Int(max(0, until - now)))
+                    try wake.drain()
                 } catch {
-                    next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
+                    // The wake socket failed: the context is ending. Stop waiting, stop the session.
+                    machine.withLock { $0.close() }
                 }
-            } catch ClientError.rejected(let refused) {
-                // The broker answered, so it is reachable; it refused this request (a status text too long, say).
-                // Drop the request and keep the session: retrying it would only be refused again.
-                shared.withLock { $0.lastError = .rejected(refused) }
-                sent(version)
-                reachable = true
-                next = Deadline(milliseconds: heartbeat)
-            } catch {
-                next = unreachable(error, client: client, backoff: &backoff, reachable: &reachable)
+            case .send(let request, let reconnectFirst):
+                if reconnectFirst { try? client.reconnect() }  // a failure keeps the old connection
+                let outcome = perform(request, on: client)
+                machine.withLock { $0.completed(outcome, now: now) }
+                report(&reported)
             }
         }
     }
 
-    /// The status of `version` reached the broker: nothing is pending unless the application changed it since.
-    private func sent(_ version: Int) {
-        shared.withLock { if $0.statusVersion == version { $0.statusPending = false } }
-    }
-
-    /// Records a failed attempt and returns when to try again.
-    private func unreachable(
-        _ error: Error, client: CommandClient, backoff: inout Backoff, reachable: inout Bool
-    ) -> Deadline {
-        shared.withLock { $0.lastError = error as? ClientError ?? .malformed("\(error)") }
-        reachable = false
-        // A late reply is skipped by its id, so one timeout keeps the connection (closing it would end the session
-        // at once on a broker without grace). After three in a row, a fresh connection drops whatever is queued.
-        if backoff.attempts >= 2 { try? client.reconnect() }
-        let delay = backoff.next()
-        update(.reconnecting(attempt: backoff.attempts))
-        return Deadline(milliseconds: delay)
-    }
-
-    private func update(_ state: State) {
-        let changed = shared.withLock { shared in
-            defer { shared.state = state }
-            return shared.state != state
+    /// Makes one call and says how it ended.
+    private func perform(_ request: Request, on client: CommandClient) -> SessionMachine.Outcome {
+        do {
+            if case .hello(let hello) = request { return .granted(try client.hello(hello)) }
+            _ = try client.call(request)
+            return .accepted
+        } catch ClientError.rejected(let error) {
+            return .refused(error)
+        } catch {
+            return .unanswered(reason: "\(error)")
         }
-        if changed { onState?(state) }
-    }
-}
-
-/// Capped, jittered exponential backoff: 1 s, 2 s, 4 s ... up to 30 s, each within ±20 %.
-struct Backoff {
-    private(set) var attempts = 0
-    var first = 1_000
-    var cap = 30_000
-
-    mutating func next() -> Int {
-        let base = min(cap, first << min(attempts, 16))
-        attempts += 1
-        return Int(Double(base) * Double.random(in: 0.8...1.2))
     }
 
-    mutating func reset() { attempts = 0 }
+    private func report(_ reported: inout State) {
+        let current = state
+        guard current != reported else { return }
+        reported = current
+        onState?(current)
+    }
 }

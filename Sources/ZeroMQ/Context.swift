@@ -18,6 +18,19 @@ public final class Context: @unchecked Sendable {
 
     deinit { terminate() }
 
+    /// The process's one context, as the ZeroMQ guide advises: clients that are not handed another share it. It is
+    /// made on first use and never terminated (the process's exit ends it).
+    public static func shared() throws -> Context {
+        try sharedContext.withLock { shared in
+            if let shared { return shared }
+            let made = try Context()
+            shared = made
+            return made
+        }
+    }
+
+    private static let sharedContext = Mutex<Context?>(nil)
+
     /// Ends the context once every socket made from it is closed, and waits until libzmq has really closed them,
     /// listening ports included. Call it only when all its sockets are closed, or it waits for them.
     public func terminate() {

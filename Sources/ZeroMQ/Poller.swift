@@ -1,19 +1,31 @@
 import CZeroMQ
 
-/// Waits until one of several sockets has a message to read (`zmq_poll`).
+/// Waits until one of several sockets has a message to read, or can send one (`zmq_poll`).
 public struct Poller {
+    /// What to wait for.
+    public enum Events: Sendable {
+        /// A message to read (`ZMQ_POLLIN`).
+        case readable
+        /// Room to send a message (`ZMQ_POLLOUT`), such as a first completed connection under `ZMQ_IMMEDIATE`.
+        case writable
+
+        var flag: Int16 { Int16(self == .readable ? ZMQ_POLLIN : ZMQ_POLLOUT) }
+    }
+
     private var items: [zmq_pollitem_t]
     private let sockets: [Socket]  // keeps the handles in `items` alive
+    private let events: Events
 
-    /// A poller watching `sockets` for incoming messages, reported in the same order.
-    public init(_ sockets: [Socket]) {
+    /// A poller watching `sockets` for `events`, reported in the same order.
+    public init(_ sockets: [Socket], events: Events = .readable) {
         self.sockets = sockets
+        self.events = events
         self.items = sockets.map {
-            zmq_pollitem_t(socket: $0.open, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0)
+            zmq_pollitem_t(socket: $0.open, fd: 0, events: events.flag, revents: 0)
         }
     }
 
-    /// Waits up to `timeout` milliseconds (-1 for ever, 0 not at all) and returns which sockets are readable.
+    /// Waits up to `timeout` milliseconds (-1 for ever, 0 not at all) and returns which sockets are ready.
     public mutating func poll(timeout milliseconds: Int) throws -> [Bool] {
         let count = Int32(items.count)
         let timeout = milliseconds
@@ -22,6 +34,6 @@ public struct Poller {
             // An EINTR retry here restarts the full timeout; callers recompute deadlines after every wake-up.
             _ = try zmqCall("zmq_poll") { zmq_poll(base, count, timeout) }
         }
-        return items.map { $0.revents & Int16(ZMQ_POLLIN) != 0 }
+        return items.map { $0.revents & events.flag != 0 }
     }
 }

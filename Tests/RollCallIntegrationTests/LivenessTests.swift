@@ -126,7 +126,7 @@ extension Integration {
                 session.setStatus(.busy, text: String(repeating: "x", count: 300))
                 try await waitFor { session.lastError != nil }
                 #expect(
-                    session.lastError.map { if case .rejected(let e) = $0 { e.code == .badRequest } else { false } }
+                    session.lastError.map { if case .refused(let e) = $0 { e.code == .badRequest } else { false } }
                         == true)
                 #expect(session.state == .live(session.granted.session))
                 #expect(try subscriber.collect(for: 300).isEmpty)  // no flap

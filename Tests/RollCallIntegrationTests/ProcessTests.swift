@@ -50,7 +50,12 @@ extension Integration {
             let endpoint = try await ChildProcess.run(
                 ChildProcess.rollcall, ["serve", "--ephemeral", "--command-endpoint", "tcp://nowhere"])
             #expect(endpoint.status != 0)
-            #expect(endpoint.stderr.contains("cannot bind tcp://nowhere"))
+            #expect(endpoint.stderr.contains("--command-endpoint must be tcp://HOST:PORT"))
+            // A well-formed address this host does not have (TEST-NET-1): the bind fails, nothing is sent.
+            let bind = try await ChildProcess.run(
+                ChildProcess.rollcall, ["serve", "--ephemeral", "--command-endpoint", "tcp://192.0.2.1:7730"])
+            #expect(bind.status != 0)
+            #expect(bind.stderr.contains("cannot bind tcp://192.0.2.1:7730"))
         }
 
         /// The tour of the README: `watch` sees `online` come up, and go offline within 3 s of its `kill -9` (in
