@@ -64,6 +64,17 @@ extension BrokerConfiguration {
                 "(\(p.defaultTTLMilliseconds)) must lie between --min-ttl-ms (\(p.minTTLMilliseconds)) "
                     + "and --max-ttl-ms (\(p.maxTTLMilliseconds))")
         }
+        if testMode {
+            for (setting, endpoint) in [("--command-endpoint", commandEndpoint), ("--update-endpoint", updateEndpoint)]
+            where !Self.isLocal(endpoint) {
+                throw ConfigurationError(
+                    setting, "must be a loopback, ipc:// or inproc:// endpoint in --test-mode, not '\(endpoint)'")
+            }
+            if case .none = storage {
+            } else {
+                throw ConfigurationError("--test-mode", "keeps no state: it excludes --data-dir")
+            }
+        }
         guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
             throw ConfigurationError(
                 "--heartbeat-ms",
@@ -78,6 +89,15 @@ extension BrokerConfiguration {
         let what = unit.isEmpty ? "" : " \(unit)"
         throw ConfigurationError(
             setting, "must be\(what) from \(range.lowerBound) to \(range.upperBound), not \(value)")
+    }
+
+    /// Whether only this machine can reach `endpoint`: loopback TCP, ipc or inproc.
+    static func isLocal(_ endpoint: String) -> Bool {
+        if endpoint.hasPrefix("ipc://") || endpoint.hasPrefix("inproc://") { return true }
+        for prefix in ["tcp://127.", "tcp://localhost:", "tcp://[::1]:"] where endpoint.hasPrefix(prefix) {
+            return true
+        }
+        return false
     }
 
     /// A `tcp://` endpoint needs a host and a port from 1 to 65535 or `*` (libzmq would silently bind port 99999 as

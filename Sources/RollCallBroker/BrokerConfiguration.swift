@@ -25,6 +25,9 @@ public struct BrokerConfiguration: Sendable {
     public var brokerHeartbeatMilliseconds: Int64 = 1_000
     /// The broker's id, as `ping` answers it.
     public var brokerID = hostName()
+    /// Test mode: the broker's clock moves only through `advance` requests, so tests reach TTLs, grace periods and
+    /// batch windows without waiting. Loopback endpoints and ephemeral state only; never for production.
+    public var testMode = false
 
     public init() {}
 

@@ -98,7 +98,15 @@ extension EventLoop {
             return core.query(users, now: now).map(Reply.query)
         case .ping:
             return .success(
-                .ping(BrokerInfo(broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now)))
+                .ping(
+                    BrokerInfo(
+                        broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now,
+                        testMode: configuration.testMode)))
+        case .advance(let milliseconds):
+            guard configuration.testMode else { return .failure(PresenceError(.unknownOp, "unknown op 'advance'")) }
+            advance(to: now + milliseconds)
+            logger.debug("clock advanced", metadata: ["ms": "\(milliseconds)", "time": "\(clock.now())"])
+            return .success(.advanced(time: clock.now()))
         case .group(let group, let edit):
             // Group messages go out from the loop's flush, batched; the reply answers at once.
             return core.group(group, edit, now: now).map(Reply.group)

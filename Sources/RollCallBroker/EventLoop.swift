@@ -18,8 +18,12 @@ final class EventLoop {
     let wake: Socket
     let monitor: Socket
     let logger: Logger
-    let clock: BrokerClock
+    var clock: BrokerClock
     var core: PresenceCore
+    /// When the broker's own heartbeat next goes out on `broker/`.
+    var nextHeartbeat = BrokerTime(milliseconds: 0)
+    /// When the changes noted so far go to the store.
+    var nextWrite: BrokerTime?
     let writer: StoreWriter?
     /// The connection behind each open file descriptor of the ROUTER (see EventLoop+Connections.swift).
     var connectionsByDescriptor: [Int32: TrackedConnection] = [:]
@@ -44,7 +48,7 @@ final class EventLoop {
         var core = PresenceCore(configuration: configuration.presence)
         if let store {
             let kept = try store.load()
-            clock = BrokerClock(floor: kept.brokerTime)
+            clock = BrokerClock(floor: kept.brokerTime, manual: configuration.testMode)
             core.restore(records: kept.records, groups: kept.groups, now: clock.now())
             logger.info(
                 "state restored",
@@ -54,7 +58,7 @@ final class EventLoop {
                 ])
             writer = StoreWriter(store: store, logger: logger, wakeLoop: wakeLoop)
         } else {
-            clock = BrokerClock()
+            clock = BrokerClock(manual: configuration.testMode)
             writer = nil
             core.tracksChanges = false  // nothing will take them
         }
@@ -92,43 +96,70 @@ final class EventLoop {
 
     private func turn(until stopping: borrowing Atomic<Bool>) throws {
         var poller = Poller([router, xpub, wake, monitor])
-        var nextHeartbeat = clock.now()
-        var nextWrite: BrokerTime?
+        nextHeartbeat = clock.now()
         while !stopping.load(ordering: .sequentiallyConsistent) {
-            var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
-            if let nextWrite { deadline = min(deadline, nextWrite) }
-            let timeout = Int(max(0, deadline - clock.now()))
-            let ready = try poller.poll(timeout: timeout)
+            let ready = try poller.poll(timeout: pollTimeout())
             if ready[2] { try wake.drain() }
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
             if ready[0] { try handleRequests() }
             if ready[3] { try handleConnectionEvents() }
             if ready[1] { try handleSubscriptions() }
-            let now = clock.now()
-            publish(core.tick(now: now))
-            var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
-            for update in core.flushGroups(now: now) {
-                send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
-            }
-            if now >= nextHeartbeat {
-                publishHeartbeat(now: now)
-                nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
-            }
-            if let writer, writer.takeSnapshotRequest() {
-                // The database file was made anew: it gets the whole state, and the next batches build on it.
-                writer.enqueue(everything(now: now))
-            }
-            if let writer, core.hasChanges {
-                // Changes go to the store once per write interval, in one batch, without waiting for it.
-                if let due = nextWrite, now >= due {
-                    writer.enqueue(batch(now: now))
-                    nextWrite = nil
-                } else if nextWrite == nil {
-                    nextWrite = now + configuration.writeIntervalMilliseconds
-                }
+            fireDeadlines(now: clock.now())
+        }
+    }
+
+    /// The earliest of the core's next deadline, the broker heartbeat and the next store write.
+    var nextDeadline: BrokerTime {
+        var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
+        if let nextWrite { deadline = min(deadline, nextWrite) }
+        return deadline
+    }
+
+    /// How long to wait for sockets: until the next deadline. A manual clock (test mode) does not move while the
+    /// loop waits, so there it waits for a request (an `advance`) unless a deadline is already due.
+    private func pollTimeout() -> Int {
+        let wait = max(0, nextDeadline - clock.now())
+        return clock.isManual && wait > 0 ? -1 : Int(wait)
+    }
+
+    /// Does everything due by `now`: ends expired sessions, flushes group batches, sends the broker heartbeat, and
+    /// hands changes to the store once per write interval.
+    func fireDeadlines(now: BrokerTime) {
+        publish(core.tick(now: now))
+        var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
+        for update in core.flushGroups(now: now) {
+            send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
+        }
+        if now >= nextHeartbeat {
+            publishHeartbeat(now: now)
+            nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
+        }
+        if let writer, writer.takeSnapshotRequest() {
+            // The database file was made anew: it gets the whole state, and the next batches build on it.
+            writer.enqueue(everything(now: now))
+        }
+        if let writer, core.hasChanges {
+            // Changes go to the store once per write interval, in one batch, without waiting for it.
+            if let due = nextWrite, now >= due {
+                writer.enqueue(batch(now: now))
+                nextWrite = nil
+            } else if nextWrite == nil {
+                nextWrite = now + configuration.writeIntervalMilliseconds
             }
         }
+    }
+
+    /// Test mode: moves the manual clock to `target`, stopping at each of the core's deadlines on the way so that
+    /// expiries and group flushes happen at their own times and in order, as on the real clock. The broker heartbeat
+    /// goes out at most once per stop (a year's advance is not 31 million heartbeats).
+    func advance(to target: BrokerTime) {
+        while let due = core.nextDeadline, due <= target {
+            clock.move(to: due)
+            fireDeadlines(now: clock.now())
+        }
+        clock.move(to: target)
+        fireDeadlines(now: target)
     }
 
     /// Sends records to their users' topics.

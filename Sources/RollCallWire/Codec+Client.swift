@@ -62,6 +62,9 @@ extension Codec {
         case .ungroup(let group):
             writer.key("group")
             writer.string(group.rawValue)
+        case .advance(let milliseconds):
+            writer.key("ms")
+            writer.integer(milliseconds)
         }
         writer.endObject()
         return writer.bytes
@@ -105,7 +108,9 @@ extension Codec {
         guard let broker = fields["broker"]?.string, let version = fields["version"]?.string,
             let epoch = fields["epoch"]?.string, let time = fields["time"]?.integer
         else { throw MalformedMessage(description: "a ping reply must carry broker, version, epoch and time") }
-        return BrokerInfo(broker: broker, version: version, epoch: epoch, time: BrokerTime(milliseconds: time))
+        return BrokerInfo(
+            broker: broker, version: version, epoch: epoch, time: BrokerTime(milliseconds: time),
+            testMode: fields["test_mode"] == .bool(true))
     }
 
     /// Reads the records of a `query` reply, in no particular order.

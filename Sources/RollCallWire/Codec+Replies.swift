@@ -47,14 +47,10 @@ extension Codec {
             writer.key("presence")
             writeByUser(records, into: &writer)
         case .ping(let info):
-            writer.key("broker")
-            writer.string(info.broker)
-            writer.key("version")
-            writer.string(info.version)
-            writer.key("epoch")
-            writer.string(info.epoch)
+            write(info, into: &writer)
+        case .advanced(let time):
             writer.key("time")
-            writer.integer(info.time.milliseconds)
+            writer.integer(time.milliseconds)
         case .group(let snapshot):
             writeAggregate(group: snapshot.group, counts: snapshot.counts, into: &writer)
             writer.key("members")
@@ -64,6 +60,30 @@ extension Codec {
         case .ungroup(let deleted):
             writer.key("deleted")
             writer.bool(deleted)
+        }
+    }
+
+    /// The broker's identity as one JSON object, as `ping` answers it and `rollcall ping` prints it.
+    public static func encodeBrokerInfo(_ info: BrokerInfo) -> [UInt8] {
+        var writer = JSONWriter()
+        writer.beginObject()
+        write(info, into: &writer)
+        writer.endObject()
+        return writer.bytes
+    }
+
+    private static func write(_ info: BrokerInfo, into writer: inout JSONWriter) {
+        writer.key("broker")
+        writer.string(info.broker)
+        writer.key("version")
+        writer.string(info.version)
+        writer.key("epoch")
+        writer.string(info.epoch)
+        writer.key("time")
+        writer.integer(info.time.milliseconds)
+        if info.testMode {
+            writer.key("test_mode")
+            writer.bool(true)
         }
     }
 

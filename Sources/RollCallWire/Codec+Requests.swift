@@ -77,10 +77,23 @@ extension Codec {
                     remove: try fields.users("remove", max: max, what: "a group holds") ?? []))
         case "ungroup":
             return .ungroup(try fields.requiredGroup())
+        case "advance":
+            // Decoded always; a broker outside test mode answers it as an unknown op.
+            guard let milliseconds = try fields.integer("ms") else {
+                throw PresenceError(.badRequest, "field 'ms' is required")
+            }
+            guard (0...maxAdvanceMilliseconds).contains(milliseconds) else {
+                throw PresenceError(
+                    .badRequest, "field 'ms' must be from 0 to \(maxAdvanceMilliseconds) (a year), not \(milliseconds)")
+            }
+            return .advance(milliseconds: milliseconds)
         default:
             throw PresenceError(.unknownOp, "unknown op '\(op)'")
         }
     }
+
+    /// The longest single `advance`: a year, far past any deadline a setting allows.
+    public static let maxAdvanceMilliseconds: Int64 = 31_536_000_000
 
     static func user(_ value: JSON, field: String) throws(PresenceError) -> UserID {
         guard let text = value.string else {

@@ -14,6 +14,8 @@ public enum Reply: Equatable, Sendable {
     case group(GroupSnapshot)
     /// `ungroup`: whether there was such a group.
     case ungroup(deleted: Bool)
+    /// `advance` (test mode): the broker's clock after it.
+    case advanced(time: BrokerTime)
 }
 
 /// The broker's identity, as `ping` answers it.
@@ -26,11 +28,14 @@ public struct BrokerInfo: Equatable, Sendable {
     public var epoch: String
     /// The broker's clock.
     public var time: BrokerTime
+    /// Whether the broker runs in test mode: its clock moves only by `advance` (never in production).
+    public var testMode: Bool
 
-    public init(broker: String, version: String, epoch: String, time: BrokerTime) {
+    public init(broker: String, version: String, epoch: String, time: BrokerTime, testMode: Bool = false) {
         self.broker = broker
         self.version = version
         self.epoch = epoch
         self.time = time
+        self.testMode = testMode
     }
 }

@@ -10,6 +10,8 @@ public enum Request: Equatable, Sendable {
     case ping
     case group(GroupID, GroupEdit)
     case ungroup(GroupID)
+    /// Test mode only: move the broker's clock forward, firing every deadline on the way.
+    case advance(milliseconds: Int64)
 
     /// The `op` that names the request on the wire.
     public var op: String {
@@ -22,6 +24,7 @@ public enum Request: Equatable, Sendable {
         case .ping: "ping"
         case .group: "group"
         case .ungroup: "ungroup"
+        case .advance: "advance"
         }
     }
 }

@@ -125,9 +125,7 @@ struct Ping: AsyncParsableCommand {
     func run() async throws {
         do {
             let info = try CommandClient(endpoint: try endpoints.command(), timeoutMilliseconds: 2_000).ping()
-            emit(
-                #"{"broker":"\#(info.broker)","version":"\#(info.version)","epoch":"\#(info.epoch)","time":\#(info.time.milliseconds)}"#
-            )
+            emit(String(decoding: Codec.encodeBrokerInfo(info), as: UTF8.self))
         } catch {
             throw fail(error)
         }

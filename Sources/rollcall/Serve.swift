@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RollCallBroker
+import RollCallWire
 import ServiceLifecycle
 import UnixSignals
 
@@ -87,10 +88,27 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical. Env: ROLLCALL_LOG_LEVEL. Default: info.")
     var logLevel: String?
 
+    @Flag(
+        help:
+            "Test mode: the clock moves only by advance requests; free loopback ports unless given; nothing kept. Never in production."
+    )
+    var testMode = false
+
+    @Flag(help: "Once ready, print one JSON line with the bound endpoints and the epoch on stdout.")
+    var printEndpoints = false
+
     func configuration() throws -> BrokerConfiguration {
         var c = BrokerConfiguration()
-        c.commandEndpoint = try endpoints.command()
-        c.updateEndpoint = try endpoints.update()
+        c.testMode = testMode
+        // Test mode takes free loopback ports unless told otherwise, so that tests can run side by side.
+        let free = "tcp://127.0.0.1:*"
+        c.commandEndpoint =
+            testMode
+            ? try setting(endpoints.commandEndpoint, "ROLLCALL_COMMAND_ENDPOINT", default: free)
+            : try endpoints.command()
+        c.updateEndpoint =
+            testMode
+            ? try setting(endpoints.updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: free) : try endpoints.update()
         c.presence.heartbeatMilliseconds = try setting(heartbeatMs, "ROLLCALL_HEARTBEAT_MS", default: 1_000)
         c.presence.defaultTTLMilliseconds = try setting(ttlMs, "ROLLCALL_TTL_MS", default: 3_000)
         c.presence.minTTLMilliseconds = try setting(minTtlMs, "ROLLCALL_MIN_TTL_MS", default: 1_000)
@@ -101,7 +119,7 @@ struct Serve: AsyncParsableCommand {
         c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
         let environment = ProcessInfo.processInfo.environment
-        if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" {
+        if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" || (testMode && dataDir == nil) {
             guard dataDir == nil else { throw ValidationError("--ephemeral and --data-dir exclude each other") }
             c.storage = .none
         } else {
@@ -144,10 +162,31 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
+        if configuration.testMode {
+            logger.warning(
+                "TEST MODE: the clock moves only by advance requests and nothing is kept; never run this in production")
+        }
         let group = ServiceGroup(
             configuration: .init(
                 services: [.init(service: broker)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
+            if printEndpoints {
+                tasks.addTask {
+                    while !broker.isRunning { try await Task.sleep(for: .milliseconds(1)) }
+                    var line = JSONWriter()
+                    line.beginObject()
+                    line.key("command")
+                    line.string(broker.commandEndpoint)
+                    line.key("update")
+                    line.string(broker.updateEndpoint)
+                    line.key("epoch")
+                    line.string(broker.epoch)
+                    line.key("test_mode")
+                    line.bool(configuration.testMode)
+                    line.endObject()
+                    emit(String(decoding: line.bytes, as: UTF8.self))
+                }
+            }
             tasks.addTask {
                 for await signal in otherSignals {
                     broker.received(signal == .sighup ? .hangup : .other("\(signal)"))
