@@ -9,6 +9,7 @@ let package = Package(
         .executable(name: "rollcall-bench", targets: ["rollcall-bench"]),
         .library(name: "RollCallClient", targets: ["RollCallClient"]),
         .library(name: "RollCallBroker", targets: ["RollCallBroker"]),
+        .library(name: "RollCallTestKit", targets: ["RollCallTestKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
@@ -55,6 +56,14 @@ let package = Package(
         // The client library the CLI and the tests use.
         .target(
             name: "RollCallClient", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire", "ZeroMQ"]),
+        // For apps' tests: a broker in test mode in-process, fake users and expectations with deadlines.
+        .target(
+            name: "RollCallTestKit",
+            dependencies: [
+                "RollCallBroker", "RollCallClient", "RollCallWire", "ZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, and
         // the fake users of `rollcall simulate`.
         .target(
@@ -95,7 +104,7 @@ let package = Package(
             name: "RollCallIntegrationTests",
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallStore", "RollCallTestSupport",
-                "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
+                "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -1,0 +1,123 @@
+import Foundation
+import RollCallBroker
+import RollCallClient
+import RollCallTestKit
+import Testing
+
+extension Integration {
+    @Suite("Test mode and the test kit")
+    struct TestModeTests {
+        /// The seeds' story, end to end, on the broker's manual clock: alice online on two devices; one crashes and
+        /// she stays online; the other freezes and she goes offline with reason timeout once the TTL is reached by
+        /// advance; the group header goes from 3 of 5 to 2 of 5; later she drops and comes back within the grace
+        /// period with no offline record. It takes well under a second.
+        @Test func theStory() async throws {
+            let start = ContinuousClock.now
+            try await withTestBroker({
+                $0.presence.defaultTTLMilliseconds = 3_000
+                $0.presence.offlineGraceMilliseconds = 2_000
+            }) { broker in
+                let watch = try broker.watch("alice")
+                let team = try broker.watchGroup("team", members: ["alice", "bob", "carol", "dave", "erin"])
+                let phone = try broker.user("alice", device: "phone").online()
+                let desktop = try broker.user("alice", device: "desktop").online(.busy, text: "in a meeting")
+                try broker.user("bob").online()
+                try broker.user("carol").online(.away)
+                try watch.expect("alice", status: .online, sessions: 2)  // online wins over busy
+                try team.expect(online: 3, total: 5)
+
+                phone.crash()
+                try broker.advance(2_000)  // the phone's grace runs out; the desktop heartbeats on the way
+                try watch.expect("alice", status: .busy, sessions: 1)
+
+                desktop.freeze()
+                try broker.advance(3_000)
+                try watch.expect("alice", status: .offline, reason: .timeout)
+                try team.expect(online: 2, total: 5)
+
+                let laptop = try broker.user("alice", device: "laptop").online()
+                try watch.expect("alice", status: .online)
+                try team.expect(online: 3, total: 5)
+                laptop.crash()
+                try broker.advance(1_000)
+                try laptop.reconnect()  // within the grace: the session carries on over the new connection
+                try broker.advance(3_000)
+                try watch.expectNothing("alice")
+                #expect(try broker.query("alice")["alice".id]?.status == .online)
+            }
+            let seconds = milliseconds(since: start) / 1_000
+            print("test kit: the story ran in \(String(format: "%.3f", seconds)) s")
+            #expect(seconds < 1)
+        }
+
+        /// A failed expectation says what was expected and what was seen instead.
+        @Test func failedExpectationsSayWhatWasSeen() async throws {
+            try await withTestBroker { broker in
+                let watch = try broker.watch("zed")
+                try broker.user("zed").online(.away)
+                do {
+                    try watch.expect("zed", status: .busy, within: 100)
+                    Issue.record("the expectation passed")
+                } catch let failure as TestKitFailure {
+                    #expect(failure.description.contains("no record of zed with status busy within 100 ms"))
+                    #expect(failure.description.contains("seen: away 1 sessions"))
+                }
+                let team = try broker.watchGroup("t", members: ["zed"])
+                #expect(throws: TestKitFailure.self) { try team.expect(online: 0, total: 1, within: 100) }
+            }
+        }
+
+        /// advance fires each deadline at its own time: a TTL of 3 s is not reached after 2,999 ms and is after
+        /// 3,000, and the record is stamped with the expiry time, not with the end of a longer advance.
+        @Test func advanceFiresDeadlinesInOrderAtTheirTime() async throws {
+            try await withTestBroker { broker in
+                let watch = try broker.watch("tia")
+                let tia = try broker.user("tia").online()
+                try watch.expect("tia", status: .online)
+                tia.freeze()
+                let start = try broker.now()
+                try broker.advanceClock(2_999)
+                try watch.expectNothing("tia", within: 100)
+                try broker.advanceClock(10_001)
+                let offline = try watch.expect("tia", status: .offline, reason: .timeout)
+                #expect(offline.lastSeen == start + 3_000)
+                #expect(try broker.now() == start + 13_000)
+            }
+        }
+
+        /// Outside test mode advance is an unknown op and the clock is the real one.
+        @Test func advanceIsUnknownOutsideTestMode() async throws {
+            try await withBroker { broker in
+                let client = try broker.client()
+                #expect(throws: ClientError.rejected(PresenceError(.unknownOp, "unknown op 'advance'"))) {
+                    try client.call(.advance(milliseconds: 1_000))
+                }
+                #expect(try client.ping().testMode == false)
+            }
+        }
+
+        /// `serve --test-mode --print-endpoints` prints one JSON line with free loopback endpoints once ready, says
+        /// so in ping, and refuses a non-loopback endpoint or a data directory.
+        @Test func serveInTestMode() async throws {
+            let child = try ChildProcess(ChildProcess.rollcall, ["serve", "--test-mode", "--print-endpoints"])
+            defer { child.terminate() }
+            let line = try child.waitForOutput(containing: #""test_mode":true"#)
+            let fields = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            let command = try #require(fields["command"] as? String)
+            #expect(command.hasPrefix("tcp://127.0.0.1:"))
+            #expect(try CommandClient(endpoint: command).ping().testMode)
+            #expect(child.stderr.contains("TEST MODE"))
+            child.signal(SIGTERM)
+            #expect(try child.waitForExit(timeout: 5_000) == 0)
+
+            let open = try await ChildProcess.run(
+                ChildProcess.rollcall, ["serve", "--test-mode", "--command-endpoint", "tcp://0.0.0.0:*"])
+            #expect(open.status != 0)
+            #expect(open.stderr.contains("must be a loopback, ipc:// or inproc:// endpoint in --test-mode"))
+            let kept = try await ChildProcess.run(
+                ChildProcess.rollcall, ["serve", "--test-mode", "--data-dir", "/tmp/rollcall-never"])
+            #expect(kept.status != 0)
+            #expect(kept.stderr.contains("--test-mode keeps no state"))
+        }
+    }
+}
