@@ -131,3 +131,21 @@ struct Ping: AsyncParsableCommand {
         }
     }
 }
+
+struct Advance: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Move a test-mode broker's clock forward by MS milliseconds; print the new broker time.",
+        discussion: "Only a broker started with `rollcall serve --test-mode` accepts it (others answer unknown_op).")
+
+    @OptionGroup var endpoints: Endpoints
+    @Argument(help: "Milliseconds, 0 to 31536000000.") var ms: Int64
+
+    func run() async throws {
+        do {
+            let fields = try CommandClient(endpoint: try endpoints.command()).call(.advance(milliseconds: ms))
+            emit(fields["time"]?.integer.map(String.init) ?? "")
+        } catch {
+            throw fail(error)
+        }
+    }
+}

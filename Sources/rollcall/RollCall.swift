@@ -7,7 +7,8 @@ struct RollCall: AsyncParsableCommand {
         commandName: "rollcall",
         abstract: "A ZeroMQ presence broker: who is online, within milliseconds.",
         subcommands: [
-            Serve.self, Watch.self, Online.self, Query.self, GroupCommand.self, Simulate.self, Ping.self, Bench.self,
+            Serve.self, Watch.self, Online.self, Query.self, GroupCommand.self, Simulate.self, Ping.self, Advance.self,
+            Bench.self,
         ]
     )
 

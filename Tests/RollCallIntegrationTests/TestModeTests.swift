@@ -119,5 +119,17 @@ extension Integration {
             #expect(kept.status != 0)
             #expect(kept.stderr.contains("--test-mode keeps no state"))
         }
+
+        /// The shell example of docs/testing.md runs the story with the CLI against `serve --test-mode` and passes.
+        @Test func shellStoryPasses() async throws {
+            let script = ChildProcess.repositoryRoot.appendingPathComponent("docs/examples/story.sh").path
+            let child = try ChildProcess("/bin/bash", [script], environment: ["ROLLCALL_BIN": ChildProcess.rollcall])
+            defer { child.terminate() }
+            let status = try child.waitForExit(timeout: 30_000)
+            pause(milliseconds: 50)
+            print(child.stdout)
+            #expect(status == 0, "\(child.stderr)")
+            #expect(child.stdout.contains("2 of 5 online"))
+        }
     }
 }
