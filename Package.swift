@@ -17,6 +17,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.1.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
     ],
     targets: [
@@ -47,6 +50,7 @@ let package = Package(
                 "RollCallCore", "RollCallWire", "RollCallStore", "ZeroMQ",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
@@ -62,6 +66,18 @@ let package = Package(
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallWire", "ZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // Operations: the HTTP endpoint (metrics, health, readiness, status page) and systemd's notify protocol.
+        .target(
+            name: "RollCallOperations",
+            dependencies: [
+                "RollCallBroker", "RollCallCore", "RollCallWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, and
@@ -82,8 +98,8 @@ let package = Package(
         .executableTarget(
             name: "rollcall",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallWire", "RollCallTestSupport",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallWire",
+                "RollCallTestSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -103,7 +119,8 @@ let package = Package(
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallStore", "RollCallTestSupport",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallStore",
+                "RollCallTestSupport",
                 "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -18,6 +18,8 @@ public final class Broker: Service, Sendable {
     private let loop: Mutex<EventLoop?>
     private let context: Context
     private let waker: Waker
+    private let mailbox: LoopMailbox
+    private let loopHeartbeat = LoopHeartbeat()
     private let stopping = Atomic<Bool>(false)
     private let looping = Atomic<Bool>(false)
     private let logger: Logger
@@ -55,6 +57,8 @@ public final class Broker: Service, Sendable {
         updateEndpoint = try xpub.lastEndpoint()
         let (waker, wakeSocket) = try Waker.make(context: context, name: epoch)
         self.waker = waker
+        let mailbox = LoopMailbox(waker: waker)
+        self.mailbox = mailbox
         self.context = context
         self.logger = logger
         let store: (any PresenceStore)?
@@ -65,7 +69,8 @@ public final class Broker: Service, Sendable {
         }
         let eventLoop = try EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
-            monitor: monitor, store: store, logger: logger, wakeLoop: { [waker] in waker.wake() })
+            monitor: monitor, store: store, logger: logger, wakeLoop: { [waker] in waker.wake() }, mailbox: mailbox,
+            heartbeat: loopHeartbeat)
         self.loop = Mutex(eventLoop)
     }
 
@@ -122,6 +127,40 @@ public final class Broker: Service, Sendable {
     /// Whether the event loop's thread has started (it serves requests from then on).
     public var isRunning: Bool { looping.load(ordering: .sequentiallyConsistent) }
 
+    /// Whether shutdown has begun: the broker no longer takes new work.
+    public var isStopping: Bool { stopping.load(ordering: .sequentiallyConsistent) }
+
+    /// Milliseconds since the event loop last finished a round (it does at least once a second while healthy);
+    /// `nil` before its first round.
+    public var millisecondsSinceLastRound: Int64? { loopHeartbeat.sinceLastRound }
+
+    /// The broker's state at a glance, read by the loop on its next round; `nil` if the loop does not answer
+    /// within `timeout` (stalled, or stopped).
+    public func status(timeout: Duration = .seconds(2)) async -> BrokerStatus? {
+        await ask(timeout: timeout) { $0.status() }
+    }
+
+    /// A user's record and groups, read by the loop; `nil` if the loop does not answer within `timeout`.
+    public func lookUp(_ user: UserID, timeout: Duration = .seconds(2)) async -> UserView? {
+        await ask(timeout: timeout) { loop in
+            let now = loop.clock.now()
+            return UserView(record: loop.core.record(of: user, now: now), groups: loop.core.groups(of: user))
+        }
+    }
+
+    /// Runs `read` on the loop's thread and returns its answer, or `nil` after `timeout`.
+    private func ask<T: Sendable>(timeout: Duration, _ read: @escaping @Sendable (EventLoop) -> T) async -> T? {
+        let answer = OneAnswer<T>()
+        return await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
+            answer.wait(continuation)
+            mailbox.post { loop in answer.give(read(loop)) }
+            Task {
+                try? await Task.sleep(for: timeout)
+                answer.give(nil)
+            }
+        }
+    }
+
     /// Asks the loop to finish its current batch and stop. Safe from any thread.
     public func stop() {
         stopping.store(true, ordering: .sequentiallyConsistent)
@@ -143,4 +182,13 @@ public enum BrokerError: Error, CustomStringConvertible {
         case .finalWriteFailed: "the last changes could not be written to the store (see the log)"
         }
     }
+}
+
+/// A continuation resumed once, by whichever comes first: the loop's answer or the timeout.
+private final class OneAnswer<T: Sendable>: Sendable {
+    private let continuation = Mutex<CheckedContinuation<T?, Never>?>(nil)
+
+    func wait(_ continuation: CheckedContinuation<T?, Never>) { self.continuation.withLock { $0 = continuation } }
+
+    func give(_ value: T?) { continuation.withLock { $0.take()?.resume(returning: value) } }
 }

@@ -65,9 +65,15 @@ extension EventLoop {
         switch Codec.decodeRequest(body, limits: configuration.presence) {
         case .failure(let rejection):
             logger.debug("request rejected", metadata: ["code": "\(rejection.error.code.rawValue)"])
+            metrics.request(op: "invalid", result: rejection.error.code.rawValue)
             return Codec.encodeReply(id: rejection.id, .failure(rejection.error))
         case .success(let envelope):
-            return Codec.encodeReply(id: envelope.id, execute(envelope.request, connection: connection))
+            let result = execute(envelope.request, connection: connection)
+            switch result {
+            case .success: metrics.request(op: envelope.request.op, result: "ok")
+            case .failure(let error): metrics.request(op: envelope.request.op, result: error.code.rawValue)
+            }
+            return Codec.encodeReply(id: envelope.id, result)
         }
     }
 

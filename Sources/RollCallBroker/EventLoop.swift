@@ -24,6 +24,18 @@ final class EventLoop {
     var nextHeartbeat = BrokerTime(milliseconds: 0)
     /// When the changes noted so far go to the store.
     var nextWrite: BrokerTime?
+    let metrics = BrokerMetrics()
+    let mailbox: LoopMailbox
+    let heartbeat: LoopHeartbeat
+    /// When the gauges are next brought up to date, on the loop heartbeat's monotonic clock.
+    var nextGaugeUpdate: Int64 = 0
+    /// Messages published on the update socket since the start.
+    var publishedCount: UInt64 = 0
+    /// The latest records published, for the status page.
+    var recentRecords = Deque<PresenceRecord>()
+    static let recentLimit = 50
+    /// Topics that have at least one subscriber, as the XPUB reports them.
+    var subscribedTopics = Set<[UInt8]>()
     let writer: StoreWriter?
     /// The connection behind each open file descriptor of the ROUTER (see EventLoop+Connections.swift).
     var connectionsByDescriptor: [Int32: TrackedConnection] = [:]
@@ -36,8 +48,11 @@ final class EventLoop {
 
     init(
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
-        monitor: Socket, store: (any PresenceStore)?, logger: Logger, wakeLoop: @escaping @Sendable () -> Void
+        monitor: Socket, store: (any PresenceStore)?, logger: Logger, wakeLoop: @escaping @Sendable () -> Void,
+        mailbox: LoopMailbox, heartbeat: LoopHeartbeat
     ) throws {
+        self.mailbox = mailbox
+        self.heartbeat = heartbeat
         self.configuration = configuration
         self.epoch = epoch
         self.router = router
@@ -99,13 +114,26 @@ final class EventLoop {
         nextHeartbeat = clock.now()
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let ready = try poller.poll(timeout: pollTimeout())
-            if ready[2] { try wake.drain() }
+            let started = ContinuousClock.now
+            if ready[2] {
+                try wake.drain()
+                for job in mailbox.take() { job(self) }
+            }
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
             if ready[0] { try handleRequests() }
             if ready[3] { try handleConnectionEvents() }
             if ready[1] { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
+            heartbeat.beat()
+            if heartbeat.now >= nextGaugeUpdate {
+                metrics.update(
+                    core: core, connections: connectionsByDescriptor.count, subscriptions: subscribedTopics.count)
+                nextGaugeUpdate = heartbeat.now + 1_000
+            }
+            let elapsed = ContinuousClock.now - started
+            metrics.loopIteration.recordNanoseconds(
+                elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
         }
     }
 
@@ -116,11 +144,15 @@ final class EventLoop {
         return deadline
     }
 
-    /// How long to wait for sockets: until the next deadline. A manual clock (test mode) does not move while the
-    /// loop waits, so there it waits for a request (an `advance`) unless a deadline is already due.
+    /// The longest wait for sockets: the loop finishes a round at least this often, so that health checks and
+    /// the gauges see it turn.
+    static let longestWait: Int64 = 1_000
+
+    /// How long to wait for sockets: until the next deadline, at most ``longestWait``. A manual clock (test mode)
+    /// does not move while the loop waits, so there only a due deadline shortens the wait.
     private func pollTimeout() -> Int {
         let wait = max(0, nextDeadline - clock.now())
-        return clock.isManual && wait > 0 ? -1 : Int(wait)
+        return Int(clock.isManual && wait > 0 ? Self.longestWait : min(wait, Self.longestWait))
     }
 
     /// Does everything due by `now`: ends expired sessions, flushes group batches, sends the broker heartbeat, and
@@ -164,7 +196,20 @@ final class EventLoop {
 
     /// Sends records to their users' topics.
     func publish(_ records: [PresenceRecord]) {
-        for record in records { send(Topic.presence(record.user), Codec.encodeRecord(record)) }
+        for record in records {
+            send(Topic.presence(record.user), Codec.encodeRecord(record))
+            recentRecords.append(record)
+            if recentRecords.count > Self.recentLimit { recentRecords.removeFirst() }
+        }
+    }
+
+    /// The broker's state at a glance.
+    func status() -> BrokerStatus {
+        BrokerStatus(
+            broker: configuration.brokerID, epoch: epoch, time: clock.now(), sessions: core.sessionCount,
+            usersAvailable: core.availableUserCount, connections: connectionsByDescriptor.count,
+            groups: core.groupCount, subscriptions: subscribedTopics.count, published: publishedCount,
+            recent: Array(recentRecords))
     }
 
     /// The changes since the last batch, for the store.
@@ -197,6 +242,12 @@ final class EventLoop {
     }
 
     func send(_ topic: Topic, _ body: [UInt8]) {
+        publishedCount += 1
+        switch topic {
+        case .presence, .allPresence: metrics.published(.presence)
+        case .group: metrics.published(.group)
+        case .broker: metrics.published(.broker)
+        }
         do {
             // XPUB never blocks: a subscriber over its high-water mark misses the message, the loop goes on.
             if try xpub.send(topic.bytes, more: true) { try xpub.send(body) }

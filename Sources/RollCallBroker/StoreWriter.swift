@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import RollCallCore
 import RollCallStore
 import Synchronization
@@ -24,6 +25,7 @@ final class StoreWriter: Sendable {
     private let queue = Mutex(Queue())
     private let snapshotWanted = Atomic<Bool>(false)
     private let wakeLoop: @Sendable () -> Void
+    private let writeTimer = Timer(label: "rollcall_store_write_seconds")
     private let work = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
 
@@ -79,7 +81,11 @@ final class StoreWriter: Sendable {
             if !all.isEmpty {
                 let batch = Self.merge(all)
                 do {
+                    let started = ContinuousClock.now
                     try store.write(batch)
+                    let took = ContinuousClock.now - started
+                    writeTimer.recordNanoseconds(
+                        took.components.seconds * 1_000_000_000 + took.components.attoseconds / 1_000_000_000)
                     if failures > 0 { logger.notice("store writes work again", metadata: ["failed": "\(failures)"]) }
                     failed = nil
                     failures = 0

@@ -23,6 +23,9 @@ extension PresenceCore {
         static func < (lhs: GroupFlush, rhs: GroupFlush) -> Bool { lhs.at < rhs.at }
     }
 
+    /// The groups `user` is in, sorted.
+    public func groups(of user: UserID) -> [GroupID] { memberships[user]?.sorted() ?? [] }
+
     /// The number of groups and of memberships over all groups.
     public var groupCount: Int { groups.count }
     public var membershipCount: Int { membershipTotal }

@@ -13,13 +13,14 @@ extension PresenceCore {
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
             } else {
                 expired[session.user, default: []].append(check.session)
+                sessionsEnded[session.expiryReason, default: 0] += 1
                 if session.expiryReason != .timeout { reasons[session.user] = session.expiryReason }
             }
         }
         // A session whose connection closed and whose grace ran out ended because of the close, and a restart's
         // placeholder because its user did not come back; the rest because they fell silent.
         return expired.keys.sorted().flatMap { user in
-            end(expired[user]!, of: user, now: now, reason: reasons[user] ?? .timeout)
+            end(expired[user]!, of: user, now: now, reason: reasons[user] ?? .timeout, counted: true)
         }
     }
 }

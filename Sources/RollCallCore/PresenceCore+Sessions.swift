@@ -147,9 +147,13 @@ extension PresenceCore {
     }
 
     /// Ends `ids`, all sessions of `user`, and returns the record to publish if the user changed.
-    mutating func end(_ ids: [SessionID], of user: UserID, now: BrokerTime, reason: OfflineReason) -> [PresenceRecord] {
+    /// `counted`: the caller already counted each session's own reason in ``sessionsEnded``.
+    mutating func end(
+        _ ids: [SessionID], of user: UserID, now: BrokerTime, reason: OfflineReason, counted: Bool = false
+    ) -> [PresenceRecord] {
         for id in ids {
             guard let session = sessions.removeValue(forKey: id) else { continue }
+            if !counted { sessionsEnded[reason, default: 0] += 1 }
             if let connection = session.connection { removeFromConnection(connection, id) }
             if session.isPlaceholder { placeholderCount -= 1 }
         }

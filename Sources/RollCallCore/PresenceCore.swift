@@ -89,6 +89,13 @@ public struct PresenceCore: Sendable {
     /// The number of live sessions.
     public var sessionCount: Int { sessions.count }
 
+    /// Sessions ended since the core was made, by why they ended (one count per session, not per user): for
+    /// metrics.
+    public internal(set) var sessionsEnded: [OfflineReason: UInt64] = [:]
+
+    /// Changes noted for the store and not yet taken.
+    public var pendingChangeCount: Int { changedUsers.count + changedGroups.count }
+
     /// The expiry checks the core holds, those of ended sessions included: what the compaction bounds.
     public var expiryCheckCount: Int { expiries.count }
 

@@ -2,8 +2,10 @@ import ArgumentParser
 import Foundation
 import Logging
 import RollCallBroker
+import RollCallOperations
 import RollCallWire
 import ServiceLifecycle
+import Synchronization
 import UnixSignals
 
 struct Serve: AsyncParsableCommand {
@@ -88,6 +90,15 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical. Env: ROLLCALL_LOG_LEVEL. Default: info.")
     var logLevel: String?
 
+    @Option(help: "text, or json (one object per line, for log shippers). Env: ROLLCALL_LOG_FORMAT. Default: text.")
+    var logFormat: String?
+
+    @Option(
+        help:
+            "HOST:PORT for metrics, health, readiness and the status page (0: a free port). Env: ROLLCALL_HTTP_ENDPOINT. Default: off."
+    )
+    var httpEndpoint: String?
+
     @Flag(
         help:
             "Test mode: the clock moves only by advance requests; free loopback ports unless given; nothing kept. Never in production."
@@ -150,12 +161,22 @@ struct Serve: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: levelText) else {
             throw ValidationError("unknown log level '\(levelText)'")
         }
+        let format = try setting(logFormat, "ROLLCALL_LOG_FORMAT", default: "text")
+        guard format == "text" || format == "json" else {
+            throw ValidationError("--log-format must be text or json, not '\(format)'")
+        }
+        let http = try setting(httpEndpoint, "ROLLCALL_HTTP_ENDPOINT", default: "")
+        let httpAddress = http.isEmpty ? nil : try OperationsServer.parse(endpoint: http)
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler: any LogHandler =
+                format == "json" ? JSONLogHandler(label: label) : StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
         }
         let logger = Logger(label: "rollcall")
+        // The metrics backend comes before the broker, whose metrics are made with it.
+        let exporter = httpAddress.map { _ in MetricsExporter() }
+        exporter?.bootstrap()
         let broker: Broker
         do {
             broker = try Broker(configuration: configuration, logger: logger)
@@ -166,19 +187,43 @@ struct Serve: AsyncParsableCommand {
             logger.warning(
                 "TEST MODE: the clock moves only by advance requests and nothing is kept; never run this in production")
         }
+        // Started in this order and stopped in the reverse: systemd hears STOPPING first, and the HTTP endpoint
+        // answers /readyz with 503 until the broker has written its last changes.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        let bound = BoundEndpoint()
+        if let httpAddress, let exporter {
+            let server = OperationsServer(
+                host: httpAddress.host, port: httpAddress.port, broker: broker, metrics: exporter, logger: logger
+            ) { host, port in
+                bound.set(host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
+                logger.info("http endpoint listening", metadata: ["http": "\(host):\(port)"])
+            }
+            services.append(.init(service: server))
+        }
+        services.append(.init(service: broker))
+        let environment = ProcessInfo.processInfo.environment
+        if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
+            services.append(.init(service: notifier))
+        }
         let group = ServiceGroup(
-            configuration: .init(
-                services: [.init(service: broker)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             if printEndpoints {
+                let waitsForHTTP = httpAddress != nil
                 tasks.addTask {
-                    while !broker.isRunning { try await Task.sleep(for: .milliseconds(1)) }
+                    while !broker.isRunning || (waitsForHTTP && bound.get() == nil) {
+                        try await Task.sleep(for: .milliseconds(1))
+                    }
                     var line = JSONWriter()
                     line.beginObject()
                     line.key("command")
                     line.string(broker.commandEndpoint)
                     line.key("update")
                     line.string(broker.updateEndpoint)
+                    if let http = bound.get() {
+                        line.key("http")
+                        line.string(http)
+                    }
                     line.key("epoch")
                     line.string(broker.epoch)
                     line.key("test_mode")
@@ -200,6 +245,13 @@ struct Serve: AsyncParsableCommand {
             }
         }
     }
+}
+
+/// The HTTP endpoint's address once it listens, for --print-endpoints.
+final class BoundEndpoint: Sendable {
+    private let address = Mutex<String?>(nil)
+    func set(_ text: String) { address.withLock { $0 = text } }
+    func get() -> String? { address.withLock { $0 } }
 }
 
 /// `$XDG_STATE_HOME/rollcall`, else `~/.local/state/rollcall`: a user's state directory, by the XDG convention.
