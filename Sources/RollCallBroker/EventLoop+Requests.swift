@@ -84,9 +84,6 @@ extension EventLoop {
             let session = SessionID(Token.random(bits: 96))
             let outcome = core.hello(hello, session: session, connection: connection, now: now)
             publish(outcome.updates)
-            if case .success = outcome.reply {
-                logger.debug("session opened", metadata: ["user": "\(hello.user)", "session": "\(session)"])
-            }
             return outcome.reply.map(Reply.hello)
         case .heartbeat(let session):
             return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
@@ -98,7 +95,6 @@ extension EventLoop {
         case .bye(let session):
             let outcome = core.bye(session: session, now: now)
             publish(outcome.updates)
-            if case .success = outcome.reply { logger.debug("session ended", metadata: ["session": "\(session)"]) }
             return outcome.reply.map { .done }
         case .query(let users):
             return core.query(users, now: now).map(Reply.query)

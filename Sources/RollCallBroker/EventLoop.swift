@@ -77,6 +77,7 @@ final class EventLoop {
             writer = nil
             core.tracksChanges = false  // nothing will take them
         }
+        core.recordsSessionEvents = logger.logLevel <= .debug
         self.core = core
     }
 
@@ -125,6 +126,7 @@ final class EventLoop {
             if ready[3] { try handleConnectionEvents() }
             if ready[1] { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
+            if core.recordsSessionEvents { logSessionEvents() }
             heartbeat.beat()
             if heartbeat.now >= nextGaugeUpdate {
                 metrics.update(
@@ -200,6 +202,35 @@ final class EventLoop {
             send(Topic.presence(record.user), Codec.encodeRecord(record))
             recentRecords.append(record)
             if recentRecords.count > Self.recentLimit { recentRecords.removeFirst() }
+        }
+    }
+
+    /// Logs each session's steps at debug level.
+    func logSessionEvents() {
+        for event in core.takeSessionEvents() {
+            switch event {
+            case .opened(let session, let user, let connection):
+                logger.debug(
+                    "session opened",
+                    metadata: [
+                        "session": "\(session)", "user": "\(user)",
+                        "connection": "\(connection.map { "\($0)" } ?? "none")",
+                    ])
+            case .moved(let session, let user, let from, let to):
+                logger.debug(
+                    "session moved to a new connection",
+                    metadata: [
+                        "session": "\(session)", "user": "\(user)", "from": "\(from.map { "\($0)" } ?? "none")",
+                        "to": "\(to)",
+                    ])
+            case .detached(let session, let user):
+                logger.debug(
+                    "session lost its connection; waiting out the grace period",
+                    metadata: ["session": "\(session)", "user": "\(user)"])
+            case .ended(let session, let user, let reason):
+                logger.debug(
+                    "session ended", metadata: ["session": "\(session)", "user": "\(user)", "reason": "\(reason)"])
+            }
         }
     }
 

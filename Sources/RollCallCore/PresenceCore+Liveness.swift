@@ -14,6 +14,9 @@ extension PresenceCore {
             } else {
                 expired[session.user, default: []].append(check.session)
                 sessionsEnded[session.expiryReason, default: 0] += 1
+                if recordsSessionEvents {
+                    sessionEvents.append(.ended(check.session, session.user, session.expiryReason))
+                }
                 if session.expiryReason != .timeout { reasons[session.user] = session.expiryReason }
             }
         }

@@ -72,6 +72,7 @@ extension PresenceCore {
             user: hello.user, device: hello.device, status: hello.status, text: normalized(hello.text),
             statusOrder: statusChanges, ttl: ttl, now: now, connection: connection)
         users[hello.user, default: User()].sessions.append(id)
+        if recordsSessionEvents { sessionEvents.append(.opened(id, hello.user, connection: connection)) }
         if let connection { connections[connection, default: []].insert(id) }
         expiries.insert(ExpiryCheck(at: now + ttl, session: id))
 
@@ -125,6 +126,7 @@ extension PresenceCore {
             guard var session = sessions[id] else { continue }
             if grace > 0 {
                 session.detach(now: now, grace: grace)
+                if recordsSessionEvents { sessionEvents.append(.detached(id, session.user)) }
                 sessions[id] = session
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: id))
             } else {
@@ -141,7 +143,10 @@ extension PresenceCore {
         guard var session = sessions[id], !session.isPlaceholder else { return nil }
         let move = session.renew(over: connection, now: now)
         if let left = move.left { removeFromConnection(left, id) }
-        if move.joined, let connection { connections[connection, default: []].insert(id) }
+        if move.joined, let connection {
+            connections[connection, default: []].insert(id)
+            if recordsSessionEvents { sessionEvents.append(.moved(id, session.user, from: move.left, to: connection)) }
+        }
         sessions[id] = session
         return session.user
     }
@@ -154,6 +159,7 @@ extension PresenceCore {
         for id in ids {
             guard let session = sessions.removeValue(forKey: id) else { continue }
             if !counted { sessionsEnded[reason, default: 0] += 1 }
+            if recordsSessionEvents && !counted { sessionEvents.append(.ended(id, user, reason)) }
             if let connection = session.connection { removeFromConnection(connection, id) }
             if session.isPlaceholder { placeholderCount -= 1 }
         }

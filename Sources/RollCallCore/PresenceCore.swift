@@ -93,6 +93,26 @@ public struct PresenceCore: Sendable {
     /// metrics.
     public internal(set) var sessionsEnded: [OfflineReason: UInt64] = [:]
 
+    /// A step in a session's life, for the debug log: "why did alice show offline at 10:02?".
+    public enum SessionEvent: Sendable, Equatable {
+        case opened(SessionID, UserID, connection: ConnectionID?)
+        /// A request named the session over another connection (or over one again after it had lost its own).
+        case moved(SessionID, UserID, from: ConnectionID?, to: ConnectionID)
+        /// Its connection closed; it waits out the grace period.
+        case detached(SessionID, UserID)
+        case ended(SessionID, UserID, OfflineReason)
+    }
+
+    /// Whether session events are noted for ``takeSessionEvents()`` (the broker turns it on at debug level only).
+    public var recordsSessionEvents = false
+    var sessionEvents: [SessionEvent] = []
+
+    /// The session events noted since the last call.
+    public mutating func takeSessionEvents() -> [SessionEvent] {
+        defer { sessionEvents = [] }
+        return sessionEvents
+    }
+
     /// Changes noted for the store and not yet taken.
     public var pendingChangeCount: Int { changedUsers.count + changedGroups.count }
 

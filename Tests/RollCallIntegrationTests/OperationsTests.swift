@@ -218,5 +218,35 @@ extension Integration {
             broker.stop()
             try await running.value
         }
+
+        /// At debug level, with JSON logs, each session's life is one parseable line per step: opened, moved to a
+        /// new connection, ended and why; info level logs nothing per request.
+        @Test func sessionLifeInJSONLogs() async throws {
+            let child = try ChildProcess(
+                ChildProcess.rollcall,
+                [
+                    "serve", "--ephemeral", "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint",
+                    "tcp://127.0.0.1:*", "--log-level", "debug", "--log-format", "json", "--print-endpoints",
+                ])
+            defer { child.terminate() }
+            let line = try child.waitForOutput(containing: #""command":"#)
+            let endpoints = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            let command = try #require(endpoints["command"] as? String)
+            let first = try CommandClient(endpoint: command)
+            let session = try first.hello(.init(user: "logged".id)).session
+            let second = try CommandClient(endpoint: command)
+            try second.heartbeat(session)  // the session moves to the second connection
+            try second.reconnect()  // the second connection closes: the session ends, reason closed
+            try child.waitForOutput(containing: #""message":"session ended""#, inStderr: true)
+            let lines = child.stderr.split(separator: "\n")
+            let objects = try lines.map { line in
+                try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String])
+            }
+            let steps = objects.filter { $0["session"] == session.rawValue }.map { $0["message"] ?? "" }
+            print("session life in the log: \(steps)")
+            #expect(steps == ["session opened", "session moved to a new connection", "session ended"])
+            #expect(objects.first { $0["message"] == "session ended" }?["reason"] == "closed")
+            #expect(objects.allSatisfy { $0["time"] != nil && $0["level"] != nil })
+        }
     }
 }
