@@ -8,8 +8,8 @@ import ZeroMQ
 
 /// The one thread that owns the broker's sockets: it polls them with the core's next deadline as the timeout,
 /// feeds what arrives to the core, and sends what the core returns. It never waits for a client or subscriber:
-/// replies and updates are sent without blocking, and libzmq drops them for peers that are over their high-water
-/// mark.
+/// replies are sent without blocking (libzmq drops them for peers over their high-water mark), and updates that a
+/// full subscriber cannot take yet wait in the loop's own bounded queue (EventLoop+Publishing.swift).
 final class EventLoop {
     let configuration: BrokerConfiguration
     let epoch: String
@@ -26,6 +26,10 @@ final class EventLoop {
     var connectionCount: UInt64 = 0
     var closedRoutingIDs: Set<[UInt8]> = []
     var closedRoutingIDOrder: Deque<[UInt8]> = []
+    /// Updates waiting for full subscribers (EventLoop+Publishing.swift).
+    var pending = PendingPublications()
+    /// Last values and heartbeats asked for by subscriptions, at most one per topic per interval.
+    var replays = ReplayCoalescer(interval: BrokerConfiguration.replayIntervalMilliseconds)
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
@@ -79,7 +83,10 @@ final class EventLoop {
         while !stopping.load(ordering: .sequentiallyConsistent) {
             var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
             if let nextWrite { deadline = min(deadline, nextWrite) }
-            let timeout = Int(max(0, deadline - clock.now()))
+            if let due = replays.nextDue { deadline = min(deadline, due) }
+            var timeout = Int(max(0, deadline - clock.now()))
+            // XPUB never signals room to send: while updates wait for a full subscriber, retry every millisecond.
+            if !pending.isEmpty { timeout = min(timeout, 1) }
             let ready = try poller.poll(timeout: timeout)
             if ready[2] { try wake.drain() }
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
@@ -88,15 +95,16 @@ final class EventLoop {
             if ready[3] { try handleConnectionEvents() }
             if ready[1] { try handleSubscriptions() }
             let now = clock.now()
+            if !pending.isEmpty { flushPublications(now: now) }
             publish(core.tick(now: now))
+            publishDueReplays(now: now)
             var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
-            for update in core.flushGroups(now: now) {
-                send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
-            }
+            for update in core.flushGroups(now: now) { publish(update, recordCache: &recordCache, now: now) }
             if now >= nextHeartbeat {
-                publishHeartbeat(now: now)
+                enqueue(Topic.broker.bytes, .heartbeat)
                 nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
             }
+            if pending.lossy { flushPublications(now: now) }  // lets the lossy state end once nobody is full
             if let writer, core.hasChanges {
                 // Changes go to the store once per write interval, in one batch, without waiting for it.
                 if let due = nextWrite, now >= due {
@@ -125,26 +133,22 @@ final class EventLoop {
             deletedGroups: changes.deletedGroups, brokerTime: now)
     }
 
-    /// Publishes the broker's heartbeat on `broker/`.
-    func publishHeartbeat(now: BrokerTime) {
-        let heartbeat = BrokerHeartbeat(
-            broker: configuration.brokerID, epoch: epoch, time: now,
-            intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
-            usersAvailable: core.availableUserCount, sessions: core.sessionCount)
-        send(.broker, Codec.encodeBrokerHeartbeat(heartbeat))
-    }
-
     /// Sends a group message to the group's topic.
     func publish(_ update: GroupUpdate) {
-        send(Topic.group(update.group), Codec.encodeGroupUpdate(update))
+        var cache: [UserID: [UInt8]] = [:]
+        publish(update, recordCache: &cache, now: clock.now())
     }
 
-    func send(_ topic: Topic, _ body: [UInt8]) {
-        do {
-            // XPUB never blocks: a subscriber over its high-water mark misses the message, the loop goes on.
-            if try xpub.send(topic.bytes, more: true) { try xpub.send(body) }
-        } catch {
-            logger.error("publishing failed", metadata: ["topic": "\(topic.text)", "error": "\(error)"])
+    /// Sends a group message, split into parts of at most ``BrokerConfiguration/maxGroupMessageBytes`` when its
+    /// changes do not fit in one; each later part takes a new group seq (docs/groups.md).
+    func publish(_ update: GroupUpdate, recordCache: inout [UserID: [UInt8]], now: BrokerTime) {
+        let topic = Topic.group(update.group)
+        let parts = Codec.splitGroupUpdate(
+            update, recordCache: &recordCache, maxBytes: BrokerConfiguration.maxGroupMessageBytes)
+        for (index, var part) in parts.enumerated() {
+            // A later part takes a new, larger seq, so that the group seq rule applies every part.
+            if index > 0 { part.seq = core.issueGroupSeq(update.group, now: now) }
+            send(topic, Codec.encodeGroupUpdate(part, recordCache: &recordCache))
         }
     }
 }

@@ -37,8 +37,22 @@ struct Serve: AsyncParsableCommand {
     var maxSessionsPerUser: Int?
 
     @Option(
-        help: "Updates queued per subscriber before its updates are dropped. Env: ROLLCALL_UPDATE_HWM. Default: 10000.")
+        help:
+            "Updates queued per subscriber before the broker holds its updates back. Env: ROLLCALL_UPDATE_HWM. Default: 10000."
+    )
     var updateHwm: Int32?
+
+    @Option(
+        help:
+            "How long a full subscriber may hold updates back before it misses them, ms. Env: ROLLCALL_UPDATE_STALL_MS. Default: 1000."
+    )
+    var updateStallMs: Int64?
+
+    @Option(
+        help:
+            "Bytes of updates held back for full subscribers at most. Env: ROLLCALL_UPDATE_QUEUE_BYTES. Default: 67108864."
+    )
+    var updateQueueBytes: Int?
 
     @Option(
         help:
@@ -98,6 +112,8 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxSessions = try setting(maxSessions, "ROLLCALL_MAX_SESSIONS", default: 1_000_000)
         c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
         c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
+        c.updateStallMilliseconds = try setting(updateStallMs, "ROLLCALL_UPDATE_STALL_MS", default: 1_000)
+        c.updateQueueBytes = try setting(updateQueueBytes, "ROLLCALL_UPDATE_QUEUE_BYTES", default: 67_108_864)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
         let environment = ProcessInfo.processInfo.environment
         if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" {
@@ -132,6 +148,9 @@ struct Serve: AsyncParsableCommand {
         }
         guard c.maxMessageBytes >= 1_024, p.maxSessions > 0, p.maxSessionsPerUser > 0, c.updateHighWaterMark > 0 else {
             throw ValidationError("--max-message-bytes must be at least 1024; session limits and --update-hwm positive")
+        }
+        guard (1...60_000).contains(c.updateStallMilliseconds), c.updateQueueBytes >= 65_536 else {
+            throw ValidationError("--update-stall-ms must be in 1...60000 and --update-queue-bytes at least 65536")
         }
         return c
     }
