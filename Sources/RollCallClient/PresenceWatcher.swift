@@ -13,7 +13,8 @@ import ZeroMQ
 /// When it may have missed updates (the broker's heartbeat reports `dropped` updates, or heartbeats come back after
 /// a silence), the watcher resynchronises: it subscribes its users' and groups' topics again, which brings their
 /// current records and aggregates, and, given a command endpoint, `query`s every user it has passed a record of
-/// and passes on the answers that are newer than what it passed before.
+/// and passes on the answers that are newer than what it passed before. Resynchronisations are 1 s apart at least,
+/// doubling up to 30 s while the broker keeps reporting drops.
 public final class PresenceWatcher: Sendable {
     /// What an observer is handed.
     public enum Event: Sendable {
@@ -143,9 +144,11 @@ public final class PresenceWatcher: Sendable {
         var broker = BrokerTracker()
         var seen: [UserID: UInt64] = [:]  // the latest seq passed on, per user
         var resync = false
-        // At most one resynchronisation per second: a broker that keeps dropping for a stalled subscriber raises
-        // `dropped` at every heartbeat, and each watcher's queries then cost the broker once a second, not more.
+        // Resynchronisations are spaced: 1 s apart, doubling up to 30 s while the broker keeps reporting drops (a
+        // subscriber that stays full raises `dropped` at every heartbeat, and every watcher's queries cost the
+        // broker), back to 1 s after a heartbeat that reports none.
         var nextResync = ContinuousClock.now
+        var resyncSpacing = Duration.seconds(1)
         while true {
             var timeout = broker.timeout
             if resync {
@@ -168,7 +171,10 @@ public final class PresenceWatcher: Sendable {
                 let topic = String(decoding: frames[0].bytes, as: UTF8.self)
                 if topic == Topic.broker.text {
                     guard let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1].bytes) else { continue }
-                    guard let change = broker.received(heartbeat) else { continue }
+                    guard let change = broker.received(heartbeat) else {
+                        resyncSpacing = .seconds(1)
+                        continue
+                    }
                     switch change {
                     case .recovered, .fellBehind: resync = true
                     case .restarted:
@@ -188,7 +194,8 @@ public final class PresenceWatcher: Sendable {
             }
             if resync, ContinuousClock.now >= nextResync {
                 resync = false
-                nextResync = .now + .seconds(1)
+                nextResync = .now + resyncSpacing
+                resyncSpacing = min(resyncSpacing * 2, .seconds(30))
                 resynchronise(socket: socket, seen: &seen)
             }
             // Silence counts only once everything that arrived was read: a slow observer is not a lost broker.
