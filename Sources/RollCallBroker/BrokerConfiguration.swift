@@ -19,8 +19,9 @@ public struct BrokerConfiguration: Sendable {
     /// (the broker queues them, see ``updateQueueBytes``) for up to ``updateStallMilliseconds``; then it misses
     /// them. Range: 1...1_000_000.
     public var updateHighWaterMark: Int32 = 10_000
-    /// How long a full subscriber may hold back updates before the broker sends them on without it (counting each
-    /// one in the heartbeat's `dropped`). Range: 1...60_000.
+    /// The longest an update waits for a full subscriber: then the broker sends it past full subscribers, which
+    /// miss it (the heartbeat's `dropped` counts it), and libzmq leaves them out until they have read half their
+    /// queue. Range: 1...60_000.
     public var updateStallMilliseconds: Int64 = 1_000
     /// The most bytes of updates the broker holds while subscribers are full; beyond it the oldest go out at once,
     /// lossily, as after a stall. Range: 65_536...4_294_967_296.

@@ -11,56 +11,33 @@ extension EventLoop {
     }
 
     func enqueue(_ topic: [UInt8], _ body: PendingPublications.Body) {
-        if pending.isEmpty {
-            // The fast path: nothing waits, so order allows sending at once.
-            switch transmit(topic, body) {
-            case .sent:
-                return
-            case .full:
-                let now = clock.now()
-                pending.lastFull = now
-                if pending.lossy {
-                    transmitLossily(topic, body)
-                    return
-                }
-                pending.blockedSince = now
-            case .failed:
-                return
-            }
-        }
-        pending.append(.init(topic: topic, body: body, size: PendingPublications.size(topic: topic, body: body)))
-        if pending.bytes > configuration.updateQueueBytes { flushPublications(now: clock.now()) }
+        // The fast path: nothing waits, so order allows sending at once.
+        if pending.isEmpty, transmit(topic, body) != .full { return }
+        let now = clock.now()
+        let size = PendingPublications.size(topic: topic, body: body)
+        pending.append(.init(topic: topic, body: body, size: size, queuedAt: now))
+        if pending.bytes > configuration.updateQueueBytes { flushPublications(now: now) }
     }
 
-    /// Sends what waits, in order, as far as subscribers take it; skips full subscribers after a stall or when the
-    /// queue is over its bytes. Called every round; the loop wakes every millisecond while anything waits.
+    /// Sends what waits, in order, as far as subscribers take it; sends a message past full subscribers once it
+    /// has waited `--update-stall-ms`, or while the queue is over its bytes. Called every round; the loop wakes
+    /// every millisecond while anything waits.
     func flushPublications(now: BrokerTime) {
         while let head = pending.head {
-            switch transmit(head.topic, head.body) {
-            case .sent, .failed:
-                pending.removeHead()
-                continue
-            case .full:
-                break
+            if transmit(head.topic, head.body) == .full {
+                guard
+                    now - head.queuedAt >= configuration.updateStallMilliseconds
+                        || pending.bytes > configuration.updateQueueBytes
+                else { return }
+                transmitLossily(head.topic, head.body)
+                if pending.lastWarning.map({ now - $0 >= 10_000 }) ?? true {
+                    pending.lastWarning = now
+                    logger.warning(
+                        "a subscriber is full: sending on without it",
+                        metadata: ["waiting": "\(pending.entries.count)", "dropped": "\(pending.dropped)"])
+                }
             }
-            pending.lastFull = now
-            let since = pending.blockedSince ?? now
-            pending.blockedSince = since
-            if !pending.lossy && now - since >= configuration.updateStallMilliseconds {
-                pending.lossy = true
-                logger.warning(
-                    "a subscriber stalled: sending on without it",
-                    metadata: ["waiting": "\(pending.entries.count)", "dropped": "\(pending.dropped)"])
-            }
-            guard pending.lossy || pending.bytes > configuration.updateQueueBytes else { break }
-            transmitLossily(head.topic, head.body)
             pending.removeHead()
-        }
-        if pending.lossy, pending.isEmpty, let last = pending.lastFull,
-            now - last >= configuration.updateStallMilliseconds
-        {
-            pending.lossy = false
-            logger.info("no subscriber is full any more", metadata: ["dropped": "\(pending.dropped)"])
         }
     }
 

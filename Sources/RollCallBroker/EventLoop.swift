@@ -104,7 +104,6 @@ final class EventLoop {
                 enqueue(Topic.broker.bytes, .heartbeat)
                 nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
             }
-            if pending.lossy { flushPublications(now: now) }  // lets the lossy state end once nobody is full
             if let writer, core.hasChanges {
                 // Changes go to the store once per write interval, in one batch, without waiting for it.
                 if let due = nextWrite, now >= due {

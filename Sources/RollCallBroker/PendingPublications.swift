@@ -2,13 +2,14 @@ import DequeModule
 import RollCallCore
 import RollCallWire
 
-/// Updates that wait for full subscribers, oldest first, and what the broker knows about their stall.
+/// Updates that wait for full subscribers, oldest first.
 ///
 /// The XPUB runs with `ZMQ_XPUB_NODROP`: a send fails, instead of dropping, while a subscriber that the message
-/// matches is at its high-water mark. The loop then keeps the message here, in order, and retries every millisecond.
-/// A subscriber that keeps up is never skipped. One that holds the head back for `--update-stall-ms` is skipped
-/// from then on (the broker is *lossy*) until no subscriber has been full for that long again; every message a full
-/// subscriber missed is counted in ``dropped``, which the heartbeat carries.
+/// matches is at its high-water mark. The loop then keeps the message here, in order, and retries every millisecond,
+/// so a subscriber that keeps up is never skipped. A message that has waited `--update-stall-ms` is sent past the
+/// full subscribers (they miss it, and ``dropped`` counts it). libzmq then leaves a subscriber that missed a message
+/// out of every later send until it has read part of its queue, so a stalled subscriber holds the others back once,
+/// not for every message; a slow one, each time it has read enough to be sent to again and fills up again.
 struct PendingPublications {
     /// A message's body; the heartbeat's is written when it leaves, so that its `dropped` covers everything sent
     /// before it.
@@ -22,18 +23,16 @@ struct PendingPublications {
         var body: Body
         /// What the entry holds, as counted against `--update-queue-bytes`.
         var size: Int
+        /// When it was queued.
+        var queuedAt: BrokerTime
     }
 
     private(set) var entries: Deque<Entry> = []
     private(set) var bytes = 0
-    /// When the entry now at the head was first refused.
-    var blockedSince: BrokerTime?
-    /// When a send was last refused because a subscriber was full.
-    var lastFull: BrokerTime?
-    /// Whether full subscribers are skipped (after a stall) rather than waited for.
-    var lossy = false
-    /// Messages sent while a subscriber they matched was full: that subscriber missed them.
+    /// Messages sent past full subscribers: each made at least one subscriber miss it, and maybe later ones.
     var dropped: UInt64 = 0
+    /// When a stall was last logged, to log one a few times a minute at most.
+    var lastWarning: BrokerTime?
 
     var isEmpty: Bool { entries.isEmpty }
     var head: Entry? { entries.first }
@@ -54,6 +53,5 @@ struct PendingPublications {
     mutating func removeHead() {
         let entry = entries.removeFirst()
         bytes -= entry.size
-        blockedSince = nil
     }
 }

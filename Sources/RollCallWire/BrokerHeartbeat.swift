@@ -10,8 +10,9 @@ public struct BrokerHeartbeat: Equatable, Sendable {
     public var intervalMilliseconds: Int64
     public var usersAvailable: Int
     public var sessions: Int
-    /// Updates sent since the broker started while a subscriber they matched was full, so that it missed them. A
-    /// subscriber that sees it grow may have missed updates and reads its state again (docs/protocol.md §8.4).
+    /// Updates sent since the broker started past subscribers with a full queue, which missed them (and maybe more,
+    /// uncounted). A subscriber that sees it grow may have missed updates and reads its state again
+    /// (docs/protocol.md §8.4).
     /// 0 from a broker that does not report it.
     public var dropped: UInt64
 

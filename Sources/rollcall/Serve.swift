@@ -44,7 +44,7 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help:
-            "How long a full subscriber may hold updates back before it misses them, ms. Env: ROLLCALL_UPDATE_STALL_MS. Default: 1000."
+            "The longest an update waits for a full subscriber, ms. Env: ROLLCALL_UPDATE_STALL_MS. Default: 1000."
     )
     var updateStallMs: Int64?
 

@@ -115,6 +115,106 @@ extension Integration {
             }
         }
 
+        /// A subscriber that reads, but far slower than updates come, cannot hold the others to its pace: with
+        /// `--update-stall-ms` 200, every update that reaches a subscriber reading flat out does so within 200 ms
+        /// plus a margin for this machine, and if it missed any (one that is full at the moment the broker sends
+        /// past full subscribers misses too), the heartbeat's `dropped` says so.
+        @Test func slowReaderDelaysOthersAtMostTheStallTime() async throws {
+            let count = 20_000
+            try await withBroker({
+                $0.updateHighWaterMark = 1_000
+                $0.updateStallMilliseconds = 200
+                $0.brokerHeartbeatMilliseconds = 100
+            }) { broker in
+                let context = try Context()
+                let slow = try Socket(context, .sub)
+                try slow.set(.receiveHighWaterMark(10))
+                try slow.set(.receiveBuffer(bytes: 65_536))
+                try slow.set(.subscribe(Array("presence/".utf8)))
+                try slow.connect(broker.update)
+                let fast = try rawSocket(.sub, broker.update, context: context)
+                try fast.set(.subscribe(Array("presence/".utf8)))
+                try fast.set(.subscribe(Array("broker/".utf8)))
+                _ = try #require(try fast.receive(timeout: 3_000))  // subscriptions live
+                let running = Atomic<Bool>(true)
+                let threads = DispatchGroup()
+                let slowHandOff = HandOff(slow)
+                threads.enter()
+                Thread {
+                    let slow = slowHandOff.take()
+                    while running.load(ordering: .sequentiallyConsistent) {
+                        _ = try? slow.receive(timeout: 10)
+                        pause(milliseconds: 50)  // a reader that falls behind, not one that stopped
+                    }
+                    threads.leave()
+                }.start()
+                let arrivals = Mutex<[(ContinuousClock.Instant, [UInt8])]>([])
+                let dropped = Atomic<UInt64>(0)
+                let fastHandOff = HandOff(fast)
+                threads.enter()
+                Thread {
+                    let fast = fastHandOff.take()
+                    while running.load(ordering: .sequentiallyConsistent) {
+                        guard let frames = try? fast.receive(timeout: 10), frames.count == 2 else { continue }
+                        let now = ContinuousClock.now
+                        if frames[0] == Array("broker/".utf8) {
+                            let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1])
+                            dropped.store(heartbeat?.dropped ?? 0, ordering: .sequentiallyConsistent)
+                            continue
+                        }
+                        arrivals.withLock { $0.append((now, frames[1])) }
+                    }
+                    threads.leave()
+                }.start()
+
+                let pipeline = try RequestPipeline(endpoint: broker.command)
+                let session = try pipeline.call(.hello(.init(user: "talker".id, ttlMilliseconds: 600_000)))[
+                    "session"]!.string!
+                let padding = String(repeating: "x", count: 240)
+                var sent: [ContinuousClock.Instant] = []
+                for index in 0..<count {
+                    // 5,000 updates a second, which a reader that reads flat out keeps up with.
+                    if index.isMultiple(of: 100) { pause(milliseconds: 20) }
+                    sent.append(.now)
+                    let status = index.isMultiple(of: 2) ? "away" : "busy"
+                    try pipeline.send(
+                        Array(
+                            #"{"op":"status","session":"\#(session)","status":"\#(status)","text":"\#(index) \#(padding)"}"#
+                                .utf8))
+                }
+                try pipeline.drain()
+                let drained = ContinuousClock.now
+                try await waitFor(seconds: 20) {
+                    arrivals.withLock {
+                        $0.last.flatMap { try? Codec.decodeRecord($0.1) }?.text?.hasPrefix("\(count - 1) ") == true
+                    }
+                }
+                // A heartbeat sent after the last update counts everything before it.
+                let settled = arrivals.withLock { $0.count }
+                try await waitFor(seconds: 5) {
+                    arrivals.withLock { $0.count } == settled && milliseconds(since: drained) > 500
+                }
+                running.store(false, ordering: .sequentiallyConsistent)
+                threads.wait()
+                var delays: [Double] = []
+                for (arrival, body) in arrivals.withLock({ $0 }) {
+                    guard let record = try? Codec.decodeRecord(body), record.user.rawValue == "talker",
+                        let index = record.text?.split(separator: " ").first.flatMap({ Int($0) })
+                    else { continue }
+                    let delay = arrival - sent[index]
+                    delays.append(
+                        Double(delay.components.seconds) * 1_000 + Double(delay.components.attoseconds) / 1e15)
+                }
+                let slowest = delays.max() ?? .infinity
+                let counted = dropped.load(ordering: .sequentiallyConsistent)
+                print(
+                    "slow reader: the fast subscriber got \(delays.count) of \(count) updates (8 MB in 4 s), the slowest "
+                        + "\(Int(slowest)) ms after its request was sent (stall 200 ms); heartbeat dropped \(counted)")
+                #expect(slowest < 1_000)
+                #expect(delays.count == count)
+            }
+        }
+
         /// Subscriptions longer than any topic are refused by libzmq before they are stored (150 of 250 KB, the
         /// finding's 37.5 MB), and 5,000 distinct topics of the longest valid length cost a bounded amount each;
         /// all the while the broker answers `ping` within 100 ms.
