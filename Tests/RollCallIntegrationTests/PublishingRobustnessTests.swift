@@ -46,7 +46,7 @@ extension Integration {
             }
         }
 
-        /// A watcher whose thread stops reading during 8 MB of updates and a burst of 20,000 offline records misses
+        /// A watcher whose thread stops reading during 16 MB of updates and a burst of 20,000 offline records misses
         /// updates (the broker goes on without it after `--update-stall-ms`), sees the heartbeat's `dropped` grow
         /// or its heartbeats come back, resynchronises by `query`, and ends up showing all 20,000 users offline.
         @Test func stalledWatcherResynchronises() async throws {
@@ -74,13 +74,14 @@ extension Integration {
                 }
 
                 stalled.store(true, ordering: .sequentiallyConsistent)
-                // 8 MB of another user's changes fill the watcher's buffers first, so that the broker goes on
-                // without it while the 20,000 offline records follow.
+                // 16 MB of another user's changes fill the watcher's buffers first (far more than its TCP buffers
+                // hold while it does not read), so that the broker goes on without it while the offline records
+                // follow.
                 let noise = try RequestPipeline(endpoint: broker.command)
                 let session = try noise.call(.hello(.init(user: "noise".id, ttlMilliseconds: 600_000)))["session"]!
                     .string!
                 let text = String(repeating: "x", count: 250)
-                for index in 0..<20_000 {
+                for index in 0..<40_000 {
                     let status = index.isMultiple(of: 2) ? "away" : "busy"
                     try noise.send(
                         Array(#"{"op":"status","session":"\#(session)","status":"\#(status)","text":"\#(text)"}"#.utf8))
