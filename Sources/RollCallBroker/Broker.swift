@@ -37,7 +37,16 @@ public final class Broker: Service, Sendable {
         try xpub.set(.linger(milliseconds: 0))
         try xpub.set(.xpubVerbose(true))
         try xpub.set(.sendHighWaterMark(configuration.updateHighWaterMark))
-        try xpub.set(.maxMessageSize(bytes: configuration.hardFrameLimit))
+        // A full subscriber makes a send fail instead of missing the message: the loop paces what it publishes
+        // (EventLoop+Publishing.swift).
+        try xpub.set(.xpubNoDrop(true))
+        // ZMTP heartbeats close a subscriber connection that answers no PING for 30 s (a frozen process, a dead
+        // host): it stops holding updates back, and its queue is freed. A reading subscriber's libzmq answers them.
+        try xpub.set(.heartbeatInterval(milliseconds: 10_000))
+        try xpub.set(.heartbeatTimeout(milliseconds: 30_000))
+        // Subscribers send nothing but subscriptions, and none longer than a topic is of use: libzmq drops a peer
+        // that sends a longer frame before it stores anything of it.
+        try xpub.set(.maxMessageSize(bytes: BrokerConfiguration.maxSubscriptionBytes))
         try xpub.set(.backlog(4_096))
         // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md). The monitor
         // starts before the bind, so that it sees every connection.

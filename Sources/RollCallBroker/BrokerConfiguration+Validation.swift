@@ -33,6 +33,8 @@ extension BrokerConfiguration {
         public static let maxGroups: ClosedRange<Int> = 1...100_000_000
         public static let maxMemberships: ClosedRange<Int> = 1...1_000_000_000
         public static let brokerIDBytes: ClosedRange<Int> = 1...256
+        public static let updateStallMilliseconds: ClosedRange<Int64> = 1...60_000
+        public static let updateQueueBytes: ClosedRange<Int> = 65_536...68_719_476_736
     }
 
     /// Checks every setting against its documented range and the settings against each other; the broker runs
@@ -57,6 +59,8 @@ extension BrokerConfiguration {
         try Self.check("--write-interval-ms", writeIntervalMilliseconds, in: Range.writeIntervalMilliseconds)
         try Self.check("--broker-heartbeat-ms", brokerHeartbeatMilliseconds, in: Range.brokerHeartbeatMilliseconds)
         try Self.check("--broker-id", brokerID.utf8.count, in: Range.brokerIDBytes, unit: "bytes long")
+        try Self.check("--update-stall-ms", updateStallMilliseconds, in: Range.updateStallMilliseconds)
+        try Self.check("--update-queue-bytes", updateQueueBytes, in: Range.updateQueueBytes)
 
         guard p.minTTLMilliseconds <= p.defaultTTLMilliseconds, p.defaultTTLMilliseconds <= p.maxTTLMilliseconds else {
             throw ConfigurationError(

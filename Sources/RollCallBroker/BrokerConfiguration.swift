@@ -15,8 +15,17 @@ public struct BrokerConfiguration: Sendable {
     public var presence = PresenceCore.Configuration()
     /// The largest request body processed; larger ones are answered `too_large`.
     public var maxMessageBytes = 65_536
-    /// Updates queued per subscriber before the broker drops that subscriber's updates (never waits for it).
+    /// Updates queued in libzmq per subscriber. A subscriber at this mark holds back the updates it subscribes to
+    /// (the broker queues them, see ``updateQueueBytes``) for up to ``updateStallMilliseconds``; then it misses
+    /// them. Range: 1...1_000_000.
     public var updateHighWaterMark: Int32 = 10_000
+    /// The longest an update waits for a full subscriber: then the broker sends it past full subscribers, which
+    /// miss it (the heartbeat's `dropped` counts it), and libzmq leaves them out until they have read half their
+    /// queue. Range: 1...60_000.
+    public var updateStallMilliseconds: Int64 = 1_000
+    /// The most bytes of updates the broker holds while subscribers are full; beyond it the oldest go out at once,
+    /// lossily, as after a stall. Range: 65_536...4_294_967_296.
+    public var updateQueueBytes = 67_108_864
     /// Where the state is kept across restarts.
     public var storage: Storage = .none
     /// How often changes are handed to the store: at most this much is lost when the broker is killed.
@@ -34,6 +43,19 @@ public struct BrokerConfiguration: Sendable {
     /// Frames larger than this are refused by libzmq itself, which drops the connection without reading them:
     /// bad clients cannot make the broker buffer more than this per frame.
     public var hardFrameLimit: Int64 { Int64(maxMessageBytes) * 4 }
+
+    /// The largest subscription frame the update endpoint accepts: the subscribe byte and the longest valid topic
+    /// (`presence/` and a 128-byte user id and `/`, 139 bytes) fit. libzmq drops a peer that sends a longer one
+    /// before reading it, so no subscription longer than any topic is ever held.
+    public static let maxSubscriptionBytes: Int64 = 256
+
+    /// The largest group message body the broker publishes: a group's changes beyond it go out as several messages
+    /// (docs/groups.md). A stalled subscriber costs at most ``updateHighWaterMark`` times this.
+    public static let maxGroupMessageBytes = 16_384
+
+    /// The shortest time between two last values (or heartbeats on subscribe) on one topic: subscriptions that come
+    /// faster share one.
+    public static let replayIntervalMilliseconds: Int64 = 100
 }
 
 /// Where a broker keeps its state across restarts.

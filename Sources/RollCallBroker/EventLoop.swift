@@ -8,8 +8,8 @@ import ZeroMQ
 
 /// The one thread that owns the broker's sockets: it polls them with the core's next deadline as the timeout,
 /// feeds what arrives to the core, and sends what the core returns. It never waits for a client or subscriber:
-/// replies and updates are sent without blocking, and libzmq drops them for peers that are over their high-water
-/// mark.
+/// replies are sent without blocking (libzmq drops them for peers over their high-water mark), and updates that a
+/// full subscriber cannot take yet wait in the loop's own bounded queue (EventLoop+Publishing.swift).
 final class EventLoop {
     let configuration: BrokerConfiguration
     let epoch: String
@@ -26,7 +26,7 @@ final class EventLoop {
     var nextWrite: BrokerTime?
     let metrics = BrokerMetrics()
     let mailbox: LoopMailbox
-    let heartbeat: LoopHeartbeat
+    let loopBeat: LoopHeartbeat
     /// When the gauges are next brought up to date, on the loop heartbeat's monotonic clock.
     var nextGaugeUpdate: Int64 = 0
     /// Messages published on the update socket since the start.
@@ -42,6 +42,10 @@ final class EventLoop {
     var connectionCount: UInt64 = 0
     var closedRoutingIDs: Set<[UInt8]> = []
     var closedRoutingIDOrder: Deque<[UInt8]> = []
+    /// Updates waiting for full subscribers (EventLoop+Publishing.swift).
+    var pending = PendingPublications()
+    /// Last values and heartbeats asked for by subscriptions, at most one per topic per interval.
+    var replays = ReplayCoalescer(interval: BrokerConfiguration.replayIntervalMilliseconds)
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
@@ -52,7 +56,7 @@ final class EventLoop {
         mailbox: LoopMailbox, heartbeat: LoopHeartbeat
     ) throws {
         self.mailbox = mailbox
-        self.heartbeat = heartbeat
+        self.loopBeat = heartbeat
         self.configuration = configuration
         self.epoch = epoch
         self.router = router
@@ -127,11 +131,11 @@ final class EventLoop {
             if ready[1] { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
             if core.recordsSessionEvents { logSessionEvents() }
-            heartbeat.beat()
-            if heartbeat.now >= nextGaugeUpdate {
+            loopBeat.beat()
+            if loopBeat.now >= nextGaugeUpdate {
                 metrics.update(
                     core: core, connections: connectionsByDescriptor.count, subscriptions: subscribedTopics.count)
-                nextGaugeUpdate = heartbeat.now + 1_000
+                nextGaugeUpdate = loopBeat.now + 1_000
             }
             let elapsed = ContinuousClock.now - started
             metrics.loopIteration.recordNanoseconds(
@@ -139,10 +143,12 @@ final class EventLoop {
         }
     }
 
-    /// The earliest of the core's next deadline, the broker heartbeat and the next store write.
+    /// The earliest of the core's next deadline, the broker heartbeat, the next store write and the next
+    /// coalesced replay.
     var nextDeadline: BrokerTime {
         var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
         if let nextWrite { deadline = min(deadline, nextWrite) }
+        if let due = replays.nextDue { deadline = min(deadline, due) }
         return deadline
     }
 
@@ -153,6 +159,8 @@ final class EventLoop {
     /// How long to wait for sockets: until the next deadline, at most ``longestWait``. A manual clock (test mode)
     /// does not move while the loop waits, so there only a due deadline shortens the wait.
     private func pollTimeout() -> Int {
+        // XPUB never signals room to send: while updates wait for a full subscriber, retry every millisecond.
+        if !pending.isEmpty { return 1 }
         let wait = max(0, nextDeadline - clock.now())
         return Int(clock.isManual && wait > 0 ? Self.longestWait : min(wait, Self.longestWait))
     }
@@ -160,13 +168,13 @@ final class EventLoop {
     /// Does everything due by `now`: ends expired sessions, flushes group batches, sends the broker heartbeat, and
     /// hands changes to the store once per write interval.
     func fireDeadlines(now: BrokerTime) {
+        if !pending.isEmpty { flushPublications(now: now) }
         publish(core.tick(now: now))
+        publishDueReplays(now: now)
         var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
-        for update in core.flushGroups(now: now) {
-            send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
-        }
+        for update in core.flushGroups(now: now) { publish(update, recordCache: &recordCache, now: now) }
         if now >= nextHeartbeat {
-            publishHeartbeat(now: now)
+            enqueue(Topic.broker.bytes, .heartbeat)
             nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
         }
         if let writer, writer.takeSnapshotRequest() {
@@ -188,7 +196,7 @@ final class EventLoop {
     /// expiries and group flushes happen at their own times and in order, as on the real clock. The broker heartbeat
     /// goes out at most once per stop (a year's advance is not 31 million heartbeats).
     func advance(to target: BrokerTime) {
-        while let due = core.nextDeadline, due <= target {
+        while let due = [core.nextDeadline, replays.nextDue].compactMap({ $0 }).min(), due <= target {
             clock.move(to: due)
             fireDeadlines(now: clock.now())
         }
@@ -258,32 +266,22 @@ final class EventLoop {
         return StoreBatch(records: all.records, groups: all.groups, deletedGroups: [], brokerTime: now)
     }
 
-    /// Publishes the broker's heartbeat on `broker/`.
-    func publishHeartbeat(now: BrokerTime) {
-        let heartbeat = BrokerHeartbeat(
-            broker: configuration.brokerID, epoch: epoch, time: now,
-            intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
-            usersAvailable: core.availableUserCount, sessions: core.sessionCount)
-        send(.broker, Codec.encodeBrokerHeartbeat(heartbeat))
-    }
-
     /// Sends a group message to the group's topic.
     func publish(_ update: GroupUpdate) {
-        send(Topic.group(update.group), Codec.encodeGroupUpdate(update))
+        var cache: [UserID: [UInt8]] = [:]
+        publish(update, recordCache: &cache, now: clock.now())
     }
 
-    func send(_ topic: Topic, _ body: [UInt8]) {
-        publishedCount += 1
-        switch topic {
-        case .presence, .allPresence: metrics.published(.presence)
-        case .group: metrics.published(.group)
-        case .broker: metrics.published(.broker)
-        }
-        do {
-            // XPUB never blocks: a subscriber over its high-water mark misses the message, the loop goes on.
-            if try xpub.send(topic.bytes, more: true) { try xpub.send(body) }
-        } catch {
-            logger.error("publishing failed", metadata: ["topic": "\(topic.text)", "error": "\(error)"])
+    /// Sends a group message, split into parts of at most ``BrokerConfiguration/maxGroupMessageBytes`` when its
+    /// changes do not fit in one; each later part takes a new group seq (docs/groups.md).
+    func publish(_ update: GroupUpdate, recordCache: inout [UserID: [UInt8]], now: BrokerTime) {
+        let topic = Topic.group(update.group)
+        let parts = Codec.splitGroupUpdate(
+            update, recordCache: &recordCache, maxBytes: BrokerConfiguration.maxGroupMessageBytes)
+        for (index, var part) in parts.enumerated() {
+            // A later part takes a new, larger seq, so that the group seq rule applies every part.
+            if index > 0 { part.seq = core.issueGroupSeq(update.group, now: now) }
+            send(topic, Codec.encodeGroupUpdate(part, recordCache: &recordCache))
         }
     }
 }

@@ -9,6 +9,12 @@ import ZeroMQ
 /// Any number of observers may follow the same user or group; each gets every message, and removing one leaves the
 /// others working. The topic stays subscribed while it has an observer. Observers are called on the watcher's
 /// thread, one at a time.
+///
+/// When it may have missed updates (the broker's heartbeat reports `dropped` updates, or heartbeats come back after
+/// a silence), the watcher resynchronises: it subscribes its users' and groups' topics again, which brings their
+/// current records and aggregates, and, given a command endpoint, `query`s every user it has passed a record of
+/// and passes on the answers that are newer than what it passed before. Resynchronisations are 1 s apart at least,
+/// doubling up to 30 s while the broker keeps reporting drops.
 public final class PresenceWatcher: Sendable {
     /// What an observer is handed.
     public enum Event: Sendable {
@@ -28,6 +34,9 @@ public final class PresenceWatcher: Sendable {
         /// Heartbeats again, from a new run of the broker (its epoch changed): followed topics were subscribed
         /// again, so their current state is on its way.
         case restarted(epoch: String)
+        /// The broker reports updates that a full subscriber missed (its heartbeat's `dropped` grew): this watcher
+        /// may be that subscriber. It is resynchronising: the current state is on its way.
+        case fellBehind(epoch: String)
     }
 
     /// Identifies an observer, to remove it.
@@ -47,8 +56,12 @@ public final class PresenceWatcher: Sendable {
     private let observers = Mutex(Observers())
     private let waker: Waker
     private let finished = DispatchSemaphore(value: 0)
+    private let commandEndpoint: String?
 
-    public init(endpoint: String) throws {
+    /// A watcher of the update endpoint `endpoint`. With `commandEndpoint`, it also `query`s the users it has seen
+    /// when it resynchronises, which covers users followed through ``observeAll(_:)``.
+    public init(endpoint: String, commandEndpoint: String? = nil) throws {
+        self.commandEndpoint = commandEndpoint
         let context = try Context()
         let socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
@@ -129,8 +142,22 @@ public final class PresenceWatcher: Sendable {
         defer { finished.signal() }
         var poller = Poller([socket, wake])
         var broker = BrokerTracker()
+        var seen: [UserID: UInt64] = [:]  // the latest seq passed on, per user
+        var resync = false
+        // Resynchronisations are spaced: 1 s apart, doubling up to 30 s while the broker keeps reporting drops (a
+        // subscriber that stays full raises `dropped` at every heartbeat, and every watcher's queries cost the
+        // broker), back to 1 s after a heartbeat that reports none.
+        var nextResync = ContinuousClock.now
+        var resyncSpacing = Duration.seconds(1)
         while true {
-            _ = try? poller.poll(timeout: broker.timeout)
+            var timeout = broker.timeout
+            if resync {
+                let left = ContinuousClock.now.duration(to: nextResync)
+                let wait = max(
+                    0, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
+                timeout = timeout < 0 ? wait : min(timeout, wait)
+            }
+            _ = try? poller.poll(timeout: timeout)
             try? wake.drain()
             let (changes, stopping) = observers.withLock { state in
                 defer { state.pending = [] }
@@ -144,17 +171,61 @@ public final class PresenceWatcher: Sendable {
                 let topic = String(decoding: frames[0].bytes, as: UTF8.self)
                 if topic == Topic.broker.text {
                     guard let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1].bytes) else { continue }
-                    if let change = broker.received(heartbeat) { dispatch(.broker(change), topic: topic) }
+                    guard let change = broker.received(heartbeat) else {
+                        resyncSpacing = .seconds(1)
+                        continue
+                    }
+                    switch change {
+                    case .recovered, .fellBehind: resync = true
+                    case .restarted:
+                        seen = seen.mapValues { _ in 0 }  // seqs of the old run mean nothing now
+                        resync = true
+                    case .connected, .lost: break
+                    }
+                    dispatch(.broker(change), topic: topic)
                 } else if topic.hasPrefix(Topic.groupPrefix) {
                     guard let update = try? Codec.decodeGroupUpdate(frames[1].bytes) else { continue }
                     dispatch(.group(update), topic: topic)
                 } else if let record = try? Codec.decodeRecord(frames[1].bytes) {
+                    seen[record.user] = max(seen[record.user] ?? 0, record.seq)
                     dispatch(.presence(record), topic: topic)
                     dispatch(.presence(record), topic: Topic.allPresence.text)
                 }
             }
+            if resync, ContinuousClock.now >= nextResync {
+                resync = false
+                nextResync = .now + resyncSpacing
+                resyncSpacing = min(resyncSpacing * 2, .seconds(30))
+                resynchronise(socket: socket, seen: &seen)
+            }
             // Silence counts only once everything that arrived was read: a slow observer is not a lost broker.
             if let change = broker.checkSilence() { dispatch(.broker(change), topic: Topic.broker.text) }
+        }
+    }
+
+    /// Asks again for the current state of what this watcher follows (see the type's documentation).
+    private func resynchronise(socket: Socket, seen: inout [UserID: UInt64]) {
+        let topics = observers.withLock { Array($0.byTopic.keys) }
+        for topic in topics where topic != Topic.allPresence.text && topic != Topic.broker.text {
+            // Subscribing again makes the broker send the current state; taking the extra subscription back at
+            // once leaves libzmq's count of this topic's subscriptions as it was.
+            let bytes = Array(topic.utf8)
+            try? socket.set(.subscribe(bytes))
+            try? socket.set(.unsubscribe(bytes))
+        }
+        guard let commandEndpoint, !seen.isEmpty,
+            let client = try? CommandClient(endpoint: commandEndpoint, timeoutMilliseconds: 3_000)
+        else { return }
+        let users = Array(seen.keys)
+        for start in stride(from: 0, to: users.count, by: 1_000) {
+            guard let answers = try? client.query(Array(users[start..<min(start + 1_000, users.count)])) else {
+                return
+            }
+            for record in answers.values where record.seq > seen[record.user] ?? 0 {
+                seen[record.user] = record.seq
+                dispatch(.presence(record), topic: Topic.presence(record.user).text)
+                dispatch(.presence(record), topic: Topic.allPresence.text)
+            }
         }
     }
 
@@ -167,6 +238,7 @@ public final class PresenceWatcher: Sendable {
 /// Follows the broker's heartbeat: the epoch, and how long since the last one.
 struct BrokerTracker {
     private var epoch: String?
+    private var dropped: UInt64 = 0
     private var lost = false
     private var last = ContinuousClock.now
     private var interval: Duration = .seconds(1)
@@ -182,13 +254,16 @@ struct BrokerTracker {
     mutating func received(_ heartbeat: BrokerHeartbeat) -> PresenceWatcher.BrokerEvent? {
         last = .now
         interval = .milliseconds(max(1, heartbeat.intervalMilliseconds))
+        let previousDropped = dropped
         defer {
             epoch = heartbeat.epoch
             lost = false
+            dropped = heartbeat.dropped
         }
         guard let epoch else { return .connected(epoch: heartbeat.epoch) }
         if epoch != heartbeat.epoch { return .restarted(epoch: heartbeat.epoch) }
-        return lost ? .recovered(epoch: epoch) : nil
+        if lost { return .recovered(epoch: epoch) }
+        return heartbeat.dropped > previousDropped ? .fellBehind(epoch: epoch) : nil
     }
 
     /// `.lost` once, when three intervals passed without a heartbeat.

@@ -106,6 +106,15 @@ extension PresenceCore {
         return GroupUpdate(group: id, counts: state.counts, changed: [], removed: [], seq: state.seq)
     }
 
+    /// A new seq for a message on the group's topic beyond those the core made: the later parts of a group message
+    /// that the broker splits to bound its size.
+    public mutating func issueGroupSeq(_ id: GroupID, now: BrokerTime) -> UInt64 {
+        guard var state = groups[id] else { return nextSeq(after: retiredGroupSeqs[id] ?? 0, now: now) }
+        state.seq = nextSeq(after: state.seq, now: now)
+        groups[id] = state
+        return state.seq
+    }
+
     /// Publishes every group whose batch window has closed.
     public mutating func flushGroups(now: BrokerTime) -> [GroupUpdate] {
         var updates: [GroupUpdate] = []

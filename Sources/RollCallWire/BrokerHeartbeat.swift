@@ -10,9 +10,16 @@ public struct BrokerHeartbeat: Equatable, Sendable {
     public var intervalMilliseconds: Int64
     public var usersAvailable: Int
     public var sessions: Int
+    /// Updates sent since the broker started past subscribers with a full queue, which missed them (and maybe more,
+    /// uncounted). A subscriber that sees it grow may have missed updates and reads its state again
+    /// (docs/protocol.md §8.4).
+    /// 0 from a broker that does not report it.
+    public var dropped: UInt64
 
     public init(
-        broker: String, epoch: String, time: BrokerTime, intervalMilliseconds: Int64, usersAvailable: Int, sessions: Int
+        broker: String, epoch: String, time: BrokerTime, intervalMilliseconds: Int64, usersAvailable: Int,
+        sessions: Int,
+        dropped: UInt64 = 0
     ) {
         self.broker = broker
         self.epoch = epoch
@@ -20,6 +27,7 @@ public struct BrokerHeartbeat: Equatable, Sendable {
         self.intervalMilliseconds = intervalMilliseconds
         self.usersAvailable = usersAvailable
         self.sessions = sessions
+        self.dropped = dropped
     }
 }
 
@@ -40,6 +48,8 @@ extension Codec {
         writer.integer(heartbeat.usersAvailable)
         writer.key("sessions")
         writer.integer(heartbeat.sessions)
+        writer.key("dropped")
+        writer.integer(heartbeat.dropped)
         writer.endObject()
         return writer.bytes
     }
@@ -55,8 +65,10 @@ extension Codec {
                 description:
                     "a broker heartbeat must carry broker, epoch, time, heartbeat_ms, users_available and sessions")
         }
+        // `dropped` is optional: brokers before it did not send it.
+        let dropped = fields["dropped"]?.integer.map { UInt64(max(0, $0)) } ?? 0
         return BrokerHeartbeat(
             broker: broker, epoch: epoch, time: BrokerTime(milliseconds: time), intervalMilliseconds: interval,
-            usersAvailable: Int(users), sessions: Int(sessions))
+            usersAvailable: Int(users), sessions: Int(sessions), dropped: dropped)
     }
 }

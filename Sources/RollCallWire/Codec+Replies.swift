@@ -139,6 +139,48 @@ extension Codec {
         return writer.bytes
     }
 
+    /// Splits a group message whose body would be larger than `maxBytes` into parts that each fit: every part has
+    /// the aggregate, and the changes are shared out among them in order (`changed` first, then `removed`). A
+    /// message that fits, and a deletion, come back as they are. The caller gives each later part a larger seq.
+    public static func splitGroupUpdate(
+        _ update: GroupUpdate, recordCache: inout [UserID: [UInt8]], maxBytes: Int
+    ) -> [GroupUpdate] {
+        guard !update.deleted, update.changed.count + update.removed.count > 1 else { return [update] }
+        var empty = update
+        empty.changed = []
+        empty.removed = []
+        let base = encodeGroupUpdate(empty).count
+        var parts: [GroupUpdate] = []
+        var part = empty
+        var size = base
+        func add(_ itemBytes: Int) {
+            // An item goes into the current part unless that would make it too large; a part holds at least one.
+            if size + itemBytes > maxBytes && size > base {
+                parts.append(part)
+                part = empty
+                size = base
+            }
+            size += itemBytes
+        }
+        for record in update.changed {
+            let encoded: [UInt8]
+            if let cached = recordCache[record.user] {
+                encoded = cached
+            } else {
+                encoded = encodeRecord(record)
+                recordCache[record.user] = encoded
+            }
+            add(encoded.count + 1)
+            part.changed.append(record)
+        }
+        for user in update.removed {
+            add(user.rawValue.utf8.count + 3)  // user ids need no escaping: quotes and a comma
+            part.removed.append(user)
+        }
+        parts.append(part)
+        return parts
+    }
+
     private static func writeAggregate(group: GroupID, counts: StatusCounts, into writer: inout JSONWriter) {
         writer.key("group")
         writer.string(group.rawValue)

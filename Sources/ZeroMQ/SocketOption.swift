@@ -12,6 +12,9 @@ public enum SocketOption: Sendable {
     case maxMessageSize(bytes: Int64)
     /// Pass every subscription up to the XPUB reader, not only the first for each topic (`ZMQ_XPUB_VERBOSE`).
     case xpubVerbose(Bool)
+    /// Make an XPUB send fail with `EAGAIN` when a matching subscriber is at its high-water mark, instead of
+    /// dropping the message for that subscriber (`ZMQ_XPUB_NODROP`).
+    case xpubNoDrop(Bool)
     /// Subscribe a SUB socket to a topic prefix (`ZMQ_SUBSCRIBE`).
     case subscribe([UInt8])
     /// Remove a SUB socket's subscription (`ZMQ_UNSUBSCRIBE`).
@@ -47,6 +50,7 @@ public enum SocketOption: Sendable {
                 zmq_setsockopt(handle, ZMQ_MAXMSGSIZE, &value, MemoryLayout<Int64>.size)
             }
         case .xpubVerbose(let on): try setInt(handle, ZMQ_XPUB_VERBOSE, on ? 1 : 0)
+        case .xpubNoDrop(let on): try setInt(handle, ZMQ_XPUB_NODROP, on ? 1 : 0)
         case .subscribe(let topic): try setBytes(handle, ZMQ_SUBSCRIBE, topic)
         case .unsubscribe(let topic): try setBytes(handle, ZMQ_UNSUBSCRIBE, topic)
         case .routingID(let id): try setBytes(handle, ZMQ_ROUTING_ID, id)

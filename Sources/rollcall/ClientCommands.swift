@@ -31,10 +31,11 @@ struct Watch: AsyncParsableCommand {
     func run() async throws {
         let users = try userIDs(self.users)
         let endpoint = try endpoints.update()
+        let command = try endpoints.command()
         let all = self.all
         do {
             try await runUntilSignalled { stop in
-                let watcher = try PresenceWatcher(endpoint: endpoint)
+                let watcher = try PresenceWatcher(endpoint: endpoint, commandEndpoint: command)
                 let print: @Sendable (PresenceRecord) -> Void = { record in
                     emit(String(decoding: Codec.encodeRecord(record), as: UTF8.self))
                 }
@@ -57,6 +58,7 @@ func describe(_ event: PresenceWatcher.BrokerEvent) -> String {
     case .lost: "broker connection lost: presence may be out of date"
     case .recovered: "broker connection back"
     case .restarted(let epoch): "broker restarted (epoch \(epoch)): current state follows"
+    case .fellBehind: "updates may have been missed: current state follows"
     }
 }
 

@@ -41,8 +41,22 @@ struct Serve: AsyncParsableCommand {
     var maxSessionsPerUser: Int?
 
     @Option(
-        help: "Updates queued per subscriber before its updates are dropped. Env: ROLLCALL_UPDATE_HWM. Default: 10000.")
+        help:
+            "Updates queued per subscriber before the broker holds its updates back. Env: ROLLCALL_UPDATE_HWM. Default: 10000."
+    )
     var updateHwm: Int32?
+
+    @Option(
+        help:
+            "The longest an update waits for a full subscriber, ms. Env: ROLLCALL_UPDATE_STALL_MS. Default: 1000."
+    )
+    var updateStallMs: Int64?
+
+    @Option(
+        help:
+            "Bytes of updates held back for full subscribers at most. Env: ROLLCALL_UPDATE_QUEUE_BYTES. Default: 67108864."
+    )
+    var updateQueueBytes: Int?
 
     @Option(
         help:
@@ -128,6 +142,8 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxSessions = try setting(maxSessions, "ROLLCALL_MAX_SESSIONS", default: 1_000_000)
         c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
         c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
+        c.updateStallMilliseconds = try setting(updateStallMs, "ROLLCALL_UPDATE_STALL_MS", default: 1_000)
+        c.updateQueueBytes = try setting(updateQueueBytes, "ROLLCALL_UPDATE_QUEUE_BYTES", default: 67_108_864)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
         let environment = ProcessInfo.processInfo.environment
         if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" || (testMode && dataDir == nil) {

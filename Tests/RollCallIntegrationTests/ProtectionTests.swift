@@ -10,11 +10,13 @@ extension Integration {
     @Suite("Protecting the broker")
     struct ProtectionTests {
         /// A subscriber that stops reading never slows the broker and never grows its memory past the high-water
-        /// mark: 100,000 updates later the broker's RSS has grown by a bounded amount and a client still gets
-        /// quick answers.
+        /// mark and the broker's own queue (16 MiB here), which holds updates for it for `--update-stall-ms`:
+        /// 100,000 updates later the broker's RSS has grown by a bounded amount and a client still gets quick
+        /// answers.
         @Test func stalledSubscriber() async throws {
             let broker = try BrokerProcess(
-                executable: ChildProcess.rollcall, arguments: ["--update-hwm", "1000", "--log-level", "info"])
+                executable: ChildProcess.rollcall,
+                arguments: ["--update-hwm", "1000", "--update-queue-bytes", "16777216", "--log-level", "info"])
             defer { broker.stop() }
             let context = try Context()
             let stalled = try Socket(context, .sub)

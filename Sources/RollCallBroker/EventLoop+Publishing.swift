@@ -1,0 +1,96 @@
+import RollCallCore
+import RollCallWire
+import ZeroMQ
+
+/// Publishing: a plain non-blocking send while every subscriber keeps up; otherwise the pacing described on
+/// ``PendingPublications``.
+extension EventLoop {
+    /// Sends `body` on `topic`, or queues it behind the messages that wait for full subscribers.
+    func send(_ topic: Topic, _ body: [UInt8]) {
+        enqueue(topic.bytes, .bytes(body))
+    }
+
+    func enqueue(_ topic: [UInt8], _ body: PendingPublications.Body) {
+        publishedCount += 1
+        switch topic.first {  // presence/, group/ or broker/
+        case UInt8(ascii: "p"): metrics.published(.presence)
+        case UInt8(ascii: "g"): metrics.published(.group)
+        default: metrics.published(.broker)
+        }
+        // The fast path: nothing waits, so order allows sending at once.
+        if pending.isEmpty, transmit(topic, body) != .full { return }
+        let now = clock.now()
+        let size = PendingPublications.size(topic: topic, body: body)
+        pending.append(.init(topic: topic, body: body, size: size, queuedAt: now))
+        if pending.bytes > configuration.updateQueueBytes { flushPublications(now: now) }
+    }
+
+    /// Sends what waits, in order, as far as subscribers take it; sends a message past full subscribers once it
+    /// has waited `--update-stall-ms`, or while the queue is over its bytes. Called every round; the loop wakes
+    /// every millisecond while anything waits.
+    func flushPublications(now: BrokerTime) {
+        while let head = pending.head {
+            if transmit(head.topic, head.body) == .full {
+                guard
+                    now - head.queuedAt >= configuration.updateStallMilliseconds
+                        || pending.bytes > configuration.updateQueueBytes
+                else { return }
+                transmitLossily(head.topic, head.body)
+                if pending.lastWarning.map({ now - $0 >= 10_000 }) ?? true {
+                    pending.lastWarning = now
+                    logger.warning(
+                        "a subscriber is full: sending on without it",
+                        metadata: ["waiting": "\(pending.entries.count)", "dropped": "\(pending.dropped)"])
+                }
+            }
+            pending.removeHead()
+        }
+    }
+
+    enum Transmission { case sent, full, failed }
+
+    /// One attempt with `ZMQ_XPUB_NODROP` on: `.full` when a subscriber the message matches is at its high-water
+    /// mark, and nothing was sent.
+    private func transmit(_ topic: [UInt8], _ body: PendingPublications.Body) -> Transmission {
+        do {
+            guard try xpub.send(topic, more: true) else { return .full }
+            // Once the first frame is queued the second always is: a high-water mark counts whole messages.
+            try xpub.send(bytes(of: body))
+            return .sent
+        } catch {
+            logger.error(
+                "publishing failed",
+                metadata: ["topic": "\(String(decoding: topic, as: UTF8.self))", "error": "\(error)"])
+            return .failed
+        }
+    }
+
+    /// Sends past full subscribers (they miss the message), and counts the miss for the heartbeat.
+    private func transmitLossily(_ topic: [UInt8], _ body: PendingPublications.Body) {
+        pending.dropped += 1
+        do {
+            try xpub.set(.xpubNoDrop(false))
+            defer { try? xpub.set(.xpubNoDrop(true)) }
+            if try xpub.send(topic, more: true) { try xpub.send(bytes(of: body)) }
+        } catch {
+            logger.error(
+                "publishing failed",
+                metadata: ["topic": "\(String(decoding: topic, as: UTF8.self))", "error": "\(error)"])
+        }
+    }
+
+    private func bytes(of body: PendingPublications.Body) -> [UInt8] {
+        switch body {
+        case .bytes(let bytes): bytes
+        case .heartbeat: Codec.encodeBrokerHeartbeat(heartbeat(now: clock.now()))
+        }
+    }
+
+    /// The broker's heartbeat as of `now`.
+    func heartbeat(now: BrokerTime) -> BrokerHeartbeat {
+        BrokerHeartbeat(
+            broker: configuration.brokerID, epoch: epoch, time: now,
+            intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
+            usersAvailable: core.availableUserCount, sessions: core.sessionCount, dropped: pending.dropped)
+    }
+}
