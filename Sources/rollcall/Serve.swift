@@ -172,7 +172,14 @@ struct Serve: AsyncParsableCommand {
         // SIGHUP (a closing terminal or ssh session), SIGUSR1/2 and SIGALRM would end the process before its final
         // write; they are caught from the start and noted instead.
         let otherSignals = await UnixSignalsSequence(trapping: .sighup, .sigusr1, .sigusr2, .sigalrm)
-        let configuration = try configuration()
+        let configuration: BrokerConfiguration
+        do {
+            configuration = try self.configuration()
+        } catch let error as ConfigurationError {
+            // A setting out of range is a usage error (64, EX_USAGE): systemd's unit does not restart on it.
+            _ = fail(error)
+            throw ExitCode(64)
+        }
         let levelText = try setting(logLevel, "ROLLCALL_LOG_LEVEL", default: "info")
         guard let level = Logger.Level(rawValue: levelText) else {
             throw ValidationError("unknown log level '\(levelText)'")
@@ -182,7 +189,13 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--log-format must be text or json, not '\(format)'")
         }
         let http = try setting(httpEndpoint, "ROLLCALL_HTTP_ENDPOINT", default: "")
-        let httpAddress = http.isEmpty ? nil : try OperationsServer.parse(endpoint: http)
+        let httpAddress: (host: String, port: Int)?
+        do {
+            httpAddress = http.isEmpty ? nil : try OperationsServer.parse(endpoint: http)
+        } catch {
+            _ = fail(error)
+            throw ExitCode(64)
+        }
         LoggingSystem.bootstrap { label in
             var handler: any LogHandler =
                 format == "json" ? JSONLogHandler(label: label) : StreamLogHandler.standardError(label: label)
