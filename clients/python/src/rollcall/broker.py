@@ -101,6 +101,20 @@ class Broker:
             if remaining <= 0:
                 return now
 
+    def settle(self) -> None:
+        """Makes sure the broker has taken note of connections that closed (a `FakeUser.crash`), before the test goes on.
+
+        A close reaches the broker as an event beside the requests, so an ``advance`` sent right after a crash can
+        overtake it, and a grace period would then start after the advance instead of before it (45 % of the time
+        in a loop of 200 crashes). The broker reads its pending connection events before it answers the first
+        request of a new connection, so a ``ping`` on a new connection is the barrier.
+        """
+        connection = Connection(self.command, timeout=self.timeout)
+        try:
+            connection.request("ping")
+        finally:
+            connection.close()
+
     def watch(self, *users: str, timeout: Optional[float] = None) -> Watch:
         """Follows these users' records, for `Watch.expect` and `Watch.expect_nothing`."""
         return Watch(self, users, timeout=self.timeout if timeout is None else timeout)

@@ -47,11 +47,16 @@ class FakeUser:
         session.bye()
 
     def crash(self) -> None:
-        """The app dies, as with ``kill -9``: its connection closes without ``bye``."""
+        """The app dies, as with ``kill -9``: its connection closes without ``bye``.
+
+        Returns once the broker has taken note of the close (`Broker.settle`), so that a grace period starts now
+        and not after the test's next ``advance``.
+        """
         session = self._live_session("crash")
         self.session = None
         session.close()
         self._crashed = session
+        self.broker.settle()
 
     def freeze(self) -> None:
         """The app hangs, as with ``kill -STOP``: heartbeats stop, the connection stays open (a silent death)."""

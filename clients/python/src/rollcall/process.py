@@ -33,8 +33,10 @@ class BrokerProcess(Broker):
     """A broker started as ``rollcall serve --test-mode --print-endpoints [args]``, on free loopback ports.
 
     Test mode keeps nothing and moves its clock only through `advance`, so tests of TTLs and grace periods take
-    milliseconds and do not depend on the machine's load. The broker's log goes to a temporary file, quoted when
-    the broker fails to start or to stop.
+    milliseconds and do not depend on the machine's load. Unless ``args`` set ``--group-batch-ms``, the broker runs
+    with ``--group-batch-ms 0``: on a clock that moves only when told, a group message waiting for its window would
+    otherwise wait for the next ``advance``, and a group expectation would not see it. The broker's log goes to a
+    temporary file, quoted when the broker fails to start or to stop.
     """
 
     def __init__(
@@ -46,7 +48,8 @@ class BrokerProcess(Broker):
         timeout: float = 5.0,
     ) -> None:
         self.binary = binary or find_binary()
-        self.args = ["serve", "--test-mode", "--print-endpoints", *args]
+        batching = [] if any(arg.startswith("--group-batch-ms") for arg in args) else ["--group-batch-ms", "0"]
+        self.args = ["serve", "--test-mode", "--print-endpoints", *batching, *args]
         self._log: IO[bytes] = tempfile.TemporaryFile(prefix="rollcall-serve-", suffix=".log")
         self.process = subprocess.Popen(
             [self.binary, *self.args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log
