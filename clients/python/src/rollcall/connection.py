@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -67,7 +68,7 @@ class Connection:
                 raise TimeoutError(f"{op}: no connection to {self.endpoint} within {limit} s") from None
             while True:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not socket.poll(max(1, int(remaining * 1000))):
+                if remaining <= 0 or not socket.poll(max(1, math.ceil(remaining * 1000))):
                     raise TimeoutError(f"{op}: no reply from {self.endpoint} within {limit} s")
                 reply: Reply = json.loads(socket.recv_multipart()[-1])
                 if reply.get("id") == request_id:

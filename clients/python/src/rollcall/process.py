@@ -107,8 +107,12 @@ class BrokerProcess(Broker):
             ready = remaining > 0 and select.select([stdout], [], [], remaining)[0]
             chunk = os.read(stdout.fileno(), 4096) if ready else b""
             if not chunk:
-                status = self.process.poll()
-                why = f"exited with status {status}" if status is not None else f"printed no endpoints in {timeout} s"
+                why = f"printed no endpoints in {timeout} s"
+                if ready:  # end of file: the broker is exiting, so its status comes within moments
+                    try:
+                        why = f"exited with status {self.process.wait(max(remaining, 1.0))}"
+                    except subprocess.TimeoutExpired:
+                        why = "closed its stdout without printing endpoints"
                 raise RuntimeError(f"{self.binary} {' '.join(self.args)} {why}.\n{self.log()}")
             pending += chunk
         line = pending.split(b"\n", 1)[0]

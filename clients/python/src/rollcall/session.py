@@ -51,6 +51,7 @@ class Session:
         self.heartbeat_ms: int = reply["heartbeat_ms"]
         self.ttl_ms: int = reply["ttl_ms"]
         self.heartbeat_error: Optional[Exception] = None
+        self.heartbeats = 0
         self.keeps_alive = False
         self._heartbeat = heartbeat
         self._stopped = threading.Event()
@@ -62,6 +63,7 @@ class Session:
     def heartbeat(self) -> None:
         """Sends one ``heartbeat``: renews the session for a full TTL, on this session's connection."""
         self.connection.request("heartbeat", session=self.token)
+        self.heartbeats += 1  # counted once answered, so a test can wait for the thread's next one
 
     def set_status(self, status: str, text: Optional[str] = None) -> None:
         """Replaces the session's status and text (``status``; leaving out ``text`` clears it, §6.3)."""

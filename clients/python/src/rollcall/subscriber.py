@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
@@ -56,7 +57,7 @@ class Subscriber:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not socket.poll(max(1, int(remaining * 1000))):
+            if remaining <= 0 or not socket.poll(max(1, math.ceil(remaining * 1000))):
                 raise TimeoutError(f"no update from {self.endpoint} within {timeout} s")
             frames = socket.recv_multipart()
             if len(frames) == 2:  # §8.1: exactly two frames; anything else is not ours to read
