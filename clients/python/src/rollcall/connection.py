@@ -10,6 +10,7 @@ import time
 from typing import Any, Dict, Optional
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from .errors import BrokerError
 
@@ -33,7 +34,7 @@ class Connection:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        socket = zmq.Context.instance().socket(zmq.DEALER)
+        socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
         # No queueing for a connection that is not up: a send then waits (at most the timeout) instead of
         # delivering a stale request later (§3.3).
@@ -79,8 +80,21 @@ class Connection:
         return reply
 
     def close(self) -> None:
-        """Closes the socket at once (linger 0): the broker sees the connection close, as after ``kill -9``."""
+        """Closes the socket at once (linger 0): the broker sees the connection close, as after ``kill -9``.
+
+        Returns once libzmq has closed the TCP connection too (its monitor has stopped), not just queued the
+        close: a test that goes on to `Broker.settle` relies on the close being on its way to the broker first.
+        """
         with self._lock:
-            if self._socket is not None:
-                self._socket.close(linger=0)
-                self._socket = None
+            socket, self._socket = self._socket, None
+            if socket is None:
+                return
+            monitor = socket.get_monitor_socket(zmq.EVENT_MONITOR_STOPPED)
+            socket.close(linger=0)
+            try:
+                deadline = time.monotonic() + self.timeout
+                while (remaining := deadline - time.monotonic()) > 0 and monitor.poll(math.ceil(remaining * 1000)):
+                    if recv_monitor_message(monitor)["event"] == zmq.EVENT_MONITOR_STOPPED:
+                        break
+            finally:
+                monitor.close(linger=0)

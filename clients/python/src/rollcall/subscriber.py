@@ -28,7 +28,7 @@ class Subscriber:
 
     def __init__(self, update_endpoint: str) -> None:
         self.endpoint = update_endpoint
-        socket = zmq.Context.instance().socket(zmq.SUB)
+        socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
         socket.setsockopt(zmq.LINGER, 0)
         socket.connect(update_endpoint)
         self._socket: Optional[zmq.Socket[bytes]] = socket
