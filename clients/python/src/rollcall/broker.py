@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .connection import Connection, Reply
 from .expect import GroupWatch, Record, Watch
@@ -27,6 +27,7 @@ class Broker:
         self._lock = threading.Lock()
         self._connection: Optional[Connection] = None
         self._sessions: List[Session] = []
+        self._watches: List[Union[Watch, GroupWatch]] = []
 
     @property
     def test_mode(self) -> bool:
@@ -102,7 +103,7 @@ class Broker:
                 return now
 
     def settle(self) -> None:
-        """Makes sure the broker has taken note of connections that closed (a `FakeUser.crash`), before the test goes on.
+        """Returns once the broker has taken note of connections that closed, such as a `FakeUser.crash`.
 
         A close reaches the broker as an event beside the requests, so an ``advance`` sent right after a crash can
         overtake it, and a grace period would then start after the advance instead of before it (89 of 200
@@ -119,19 +120,28 @@ class Broker:
 
     def watch(self, *users: str, timeout: Optional[float] = None) -> Watch:
         """Follows these users' records, for `Watch.expect` and `Watch.expect_nothing`."""
-        return Watch(self, users, timeout=self.timeout if timeout is None else timeout)
+        watch = Watch(self, users, timeout=self.timeout if timeout is None else timeout)
+        with self._lock:
+            self._watches.append(watch)
+        return watch
 
     def watch_group(
         self, group: str, *, members: Optional[Sequence[str]] = None, timeout: Optional[float] = None
     ) -> GroupWatch:
         """Follows a group's messages, defining it first with ``members`` if given, for `GroupWatch.expect`."""
-        return GroupWatch(self, group, members=members, timeout=self.timeout if timeout is None else timeout)
+        watch = GroupWatch(self, group, members=members, timeout=self.timeout if timeout is None else timeout)
+        with self._lock:
+            self._watches.append(watch)
+        return watch
 
     def close(self) -> None:
-        """Closes every connection this object opened, the sessions' too (without ``bye``)."""
+        """Closes every connection this object opened: the sessions' (without ``bye``) and the watches'."""
         with self._lock:
             sessions, self._sessions = self._sessions, []
+            watches, self._watches = self._watches, []
             connection, self._connection = self._connection, None
+        for watch in watches:
+            watch.close()
         for session in sessions:
             session.close()
         if connection is not None:

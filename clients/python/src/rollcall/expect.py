@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from .subscriber import Subscriber
 
@@ -62,7 +62,7 @@ class _Stream:
     def unexpected(self) -> List[Record]:
         return self.entries[max(self.cursor, 1) :]
 
-    def history(self, render: Any) -> str:
+    def history(self, render: Callable[[Record], str]) -> str:
         if not self.entries:
             return "  (nothing)"
         lines = []
@@ -196,9 +196,9 @@ class GroupWatch:
     It subscribes to ``group/<id>/`` and waits for the aggregate the broker sends on subscribe (§8.6); then, if
     ``members`` is given, it defines the group with them and keeps the reply in `definition`. Only messages on
     the topic count for expectations, not the reply: the reply may show news that its message publishes later
-    (§8.8). Messages are kept with the group seq rule. In test mode, remember that the broker's clock moves only
-    through `Broker.advance`, so a message that waits for the batch window (``--group-batch-ms``, 50 ms) goes out
-    only when the clock is advanced past it.
+    (§8.8). Messages are kept with the group seq rule. In test mode the broker's clock moves only through
+    `Broker.advance`, so with a batch window (``--group-batch-ms``; `BrokerProcess` sets none unless told) a
+    message that waits for the window goes out only when the clock is advanced past it.
     """
 
     def __init__(

@@ -16,7 +16,9 @@ class FakeUser:
     `bye`, `crash`es or `freeze`s. After any of those, `online` opens a new session, as a restarted app would.
     """
 
-    def __init__(self, broker: Broker, user: str, *, device: Optional[str] = None, ttl_ms: Optional[int] = None):
+    def __init__(
+        self, broker: Broker, user: str, *, device: Optional[str] = None, ttl_ms: Optional[int] = None
+    ) -> None:
         self.broker = broker
         self.user = user
         self.device = device

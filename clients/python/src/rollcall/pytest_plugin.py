@@ -42,7 +42,9 @@ def rollcall_broker_factory() -> Iterator[Callable[..., BrokerProcess]]:
             failures.append(str(error))
             continue
         if status != 0:
-            failures.append(f"rollcall serve (pid {broker.pid}) exited with status {status} on SIGTERM.\n{broker.log()}")
+            failures.append(
+                f"rollcall serve (pid {broker.pid}) exited with status {status} on SIGTERM.\n{broker.log()}"
+            )
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
 
