@@ -106,6 +106,12 @@ extension EventLoop {
                         testMode: configuration.testMode)))
         case .advance(let milliseconds):
             guard configuration.testMode else { return .failure(PresenceError(.unknownOp, "unknown op 'advance'")) }
+            // Connections that closed before this request are closed before the clock moves, as on a real clock.
+            do {
+                try handleConnectionEvents()
+            } catch {
+                logger.error("reading connection events failed", metadata: ["error": "\(error)"])
+            }
             advance(to: now + milliseconds)
             logger.debug("clock advanced", metadata: ["ms": "\(milliseconds)", "time": "\(clock.now())"])
             return .success(.advanced(time: clock.now()))

@@ -1,3 +1,4 @@
+import RollCallBroker
 import RollCallClient
 import Synchronization
 
@@ -10,6 +11,7 @@ public final class FakeUser: Sendable {
     public let user: UserID
     public let device: String?
     private let endpoint: String
+    private let broker: Broker
     private struct State {
         var client: CommandClient?
         var session: SessionID?
@@ -19,10 +21,11 @@ public final class FakeUser: Sendable {
 
     private let state: Mutex<State>
 
-    init(user: UserID, device: String?, endpoint: String) throws {
+    init(user: UserID, device: String?, endpoint: String, broker: Broker) throws {
         self.user = user
         self.device = device
         self.endpoint = endpoint
+        self.broker = broker
         state = Mutex(State(client: try CommandClient(endpoint: endpoint)))
     }
 
@@ -55,10 +58,20 @@ public final class FakeUser: Sendable {
         }
     }
 
-    /// Closes the connection without a bye: the broker sees the connection close. The fake remembers its
-    /// session, as an app keeps its token, so that ``reconnect()`` can come back within a grace period.
-    public func crash() {
-        state.withLock { $0.client = nil }  // closing the DEALER (linger 0) closes the TCP connection at once
+    /// Closes the connection without a bye, and returns once the broker has seen it close (so that an
+    /// ``TestBroker/advance(_:)`` right after cannot overtake the close). The fake remembers its session, as an app
+    /// keeps its token, so that ``reconnect()`` can come back within a grace period.
+    public func crash() async throws {
+        let before = await broker.status()?.connections
+        state.withLock { $0.client = nil }  // closing the DEALER (linger 0) closes the TCP connection
+        guard let before else { throw TestKitFailure("the test broker does not answer") }
+        let deadline = ContinuousClock.now + .seconds(3)
+        while let now = await broker.status()?.connections, now >= before {
+            guard ContinuousClock.now < deadline else {
+                throw TestKitFailure("the broker did not see \(user)'s connection close within 3 s")
+            }
+            try await Task.sleep(for: .milliseconds(1))
+        }
     }
 
     /// Comes back after a crash over a new connection with the same session: a heartbeat over it. Within the

@@ -100,7 +100,7 @@ public final class TestBroker: Sendable {
     /// or freeze.
     public func user(_ name: String, device: String? = nil) throws -> FakeUser {
         guard let user = UserID(validating: name) else { throw TestKitFailure("invalid user id '\(name)'") }
-        let fake = try FakeUser(user: user, device: device, endpoint: command)
+        let fake = try FakeUser(user: user, device: device, endpoint: command, broker: broker)
         fakes.withLock { $0.append(fake) }
         return fake
     }

@@ -26,7 +26,7 @@ extension Integration {
                 try watch.expect("alice", status: .online, sessions: 2)  // online wins over busy
                 try team.expect(online: 3, total: 5)
 
-                phone.crash()
+                try await phone.crash()
                 try broker.advance(2_000)  // the phone's grace runs out; the desktop heartbeats on the way
                 try watch.expect("alice", status: .busy, sessions: 1)
 
@@ -38,7 +38,7 @@ extension Integration {
                 let laptop = try broker.user("alice", device: "laptop").online()
                 try watch.expect("alice", status: .online)
                 try team.expect(online: 3, total: 5)
-                laptop.crash()
+                try await laptop.crash()
                 try broker.advance(1_000)
                 try laptop.reconnect()  // within the grace: the session carries on over the new connection
                 try broker.advance(3_000)
@@ -131,5 +131,30 @@ extension Integration {
             #expect(status == 0, "\(child.stderr)")
             #expect(child.stdout.contains("2 of 5 online"))
         }
+    }
+}
+
+extension Integration.TestModeTests {
+    /// The Python package's own tests (client, fakes, expectations, the pytest plugin and the story) pass against
+    /// this build's broker, run from the source tree with python3's pytest.
+    @Test func pythonPackageTestsPass() async throws {
+        let package = ChildProcess.repositoryRoot.appendingPathComponent("clients/python")
+        let child = try ChildProcess(
+            "/usr/bin/env",
+            [
+                "python3", "-m", "pytest", "-q", "-p", "rollcall.pytest_plugin",
+                package.appendingPathComponent("tests").path,
+            ],
+            environment: [
+                "PYTHONPATH": package.appendingPathComponent("src").path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                "ROLLCALL_BIN": ChildProcess.rollcall,
+            ])
+        defer { child.terminate() }
+        let status = try child.waitForExit(timeout: 120_000)
+        pause(milliseconds: 50)
+        let summary = child.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        print("python package: \(summary)")
+        #expect(status == 0, "\(child.stdout)\n\(child.stderr)")
+        #expect(summary.contains(" passed"))
     }
 }

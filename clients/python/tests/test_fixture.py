@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from typing import Callable, List
 
@@ -59,7 +60,10 @@ def test_teardown_fails_the_test_when_the_broker_exits_badly(pytester: pytest.Py
             """
         )
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    # Without plugin autoloading (how RollCall's own suite runs this, from the source tree) the inner run is told
+    # to load the plugin; an installed package loads it through its entry point.
+    explicit = ["-p", "rollcall.pytest_plugin"] if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else []
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *explicit)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*exited with status -9 on SIGTERM*"])
 
