@@ -54,7 +54,8 @@ enum StatusPage {
           const tr = document.createElement("tr");
           const when = new Date(r.since || 0).toLocaleTimeString();
           for (const [text, dot] of [[r.user, r.status], [r.status + (r.reason ? " (" + r.reason + ")" : ""), null],
-                                     [r.text || "", null], [r.sessions + " sessions", null], [when, null]]) {
+                                     [r.text || "", null], [r.sessions + (r.sessions === 1 ? " session" : " sessions"), null],
+                                     [when, null]]) {
             const td = document.createElement("td");
             if (dot) { const d = document.createElement("span"); d.className = "dot " + dot; td.appendChild(d); }
             td.appendChild(document.createTextNode(text));
