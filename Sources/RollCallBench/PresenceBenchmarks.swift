@@ -9,10 +9,18 @@ import ZeroMQ
 public struct PresenceBenchmarks {
     public let executable: String
     public let log: @Sendable (String) -> Void
+    /// Added to every broker's `serve` arguments, such as `--http-endpoint 127.0.0.1:0` to measure with the
+    /// Prometheus metrics backend on.
+    public var brokerArguments: [String] = []
 
     public init(executable: String, log: @escaping @Sendable (String) -> Void) {
         self.executable = executable
         self.log = log
+    }
+
+    /// A `rollcall serve` child process with the scenario's arguments and ``brokerArguments``.
+    func broker(_ arguments: [String]) throws -> BrokerProcess {
+        try BrokerProcess(executable: executable, arguments: arguments + brokerArguments)
     }
 
     /// Opens `count` sessions (TTL one hour unless given) and returns their ids, pipelined over one connection.
@@ -47,7 +55,7 @@ public struct PresenceBenchmarks {
 
     /// A status change from a client to a subscriber of every user, at `rate` changes a second.
     public func latency(rate: Int, seconds: Double) throws -> BenchRow {
-        let broker = try BrokerProcess(executable: executable, arguments: ["--update-hwm", "100000"])
+        let broker = try broker(["--update-hwm", "100000"])
         defer { broker.stop() }
         let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
         let sessions = try openSessions(pipeline, users: (0..<100).map { "lat\($0)" })
@@ -87,7 +95,7 @@ public struct PresenceBenchmarks {
     /// The most status changes a second the broker takes and publishes to `subscribers` all-users subscribers,
     /// with none lost: unpaced first, then paced below what was delivered until a run loses nothing.
     public func throughput(subscribers count: Int, seconds: Double) throws -> BenchRow {
-        let broker = try BrokerProcess(executable: executable, arguments: ["--update-hwm", "1000000"])
+        let broker = try broker(["--update-hwm", "1000000"])
         defer { broker.stop() }
         // The window stays under the ROUTER's 1,000 queued replies per peer, past which replies are dropped.
         let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
@@ -143,7 +151,7 @@ public struct PresenceBenchmarks {
 
     /// `count` sessions over four connections, each heartbeating every second: broker CPU and memory per session.
     public func sessions(count: Int, seconds: Double) throws -> BenchRow {
-        let broker = try BrokerProcess(executable: executable, arguments: ["--max-sessions-per-user", "1"])
+        let broker = try broker(["--max-sessions-per-user", "1"])
         defer { broker.stop() }
         Thread.sleep(forTimeInterval: 0.5)
         let idle = broker.residentBytes()
@@ -187,7 +195,7 @@ public struct PresenceBenchmarks {
 
     /// One user's change delivered to `subscribers` subscribers of that user's topic.
     public func fanout(subscribers count: Int, changes: Int) throws -> BenchRow {
-        let broker = try BrokerProcess(executable: executable, arguments: [])
+        let broker = try broker([])
         defer { broker.stop() }
         let pipeline = try RequestPipeline(endpoint: broker.command)
         let session = try openSessions(pipeline, users: ["fan"])[0]
@@ -261,7 +269,7 @@ public struct PresenceBenchmarks {
 
     /// A client's connection closes (as when its process is killed): time until its offline record arrives.
     public func crash(trials: Int) throws -> BenchRow {
-        let broker = try BrokerProcess(executable: executable, arguments: [])
+        let broker = try broker([])
         defer { broker.stop() }
         let context = try Context()
         let subscriber = try Socket(context, .sub)
@@ -300,7 +308,7 @@ public struct PresenceBenchmarks {
 
     /// With `live` sessions in the broker, `probes` sessions go silent: how late past its TTL each is published.
     public func expiry(live: Int, probes: Int, ttl: Int) throws -> BenchRow {
-        let broker = try BrokerProcess(executable: executable, arguments: ["--min-ttl-ms", "100"])
+        let broker = try broker(["--min-ttl-ms", "100"])
         defer { broker.stop() }
         let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
         log("expiry: \(live) live sessions")

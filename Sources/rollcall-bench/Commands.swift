@@ -44,12 +44,17 @@ struct AllBench: AsyncParsableCommand {
     @Option(help: "Seconds per measured run.") var seconds = 5.0
     @Option(help: "Comma-separated scenarios to run (default: all).") var only: String?
     @Option(help: "Write the rows as JSON to this file.") var json: String?
+    @Option(
+        parsing: .singleValue,
+        help: "An argument added to every broker's serve command (repeat it), such as --broker-arg=--http-endpoint.")
+    var brokerArg: [String] = []
 
     func run() async throws {
         let executable = brokerExecutable()
-        let bench = PresenceBenchmarks(executable: executable) { line in
+        var bench = PresenceBenchmarks(executable: executable) { line in
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
         }
+        bench.brokerArguments = brokerArg
         let wanted = Set(
             (only ?? "latency,throughput,sessions,fanout,crash,expiry").split(separator: ",").map(String.init))
         let seconds = smoke ? 0.5 : self.seconds
