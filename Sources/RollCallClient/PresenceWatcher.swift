@@ -37,6 +37,9 @@ public final class PresenceWatcher: Sendable {
         /// The broker reports updates that a full subscriber missed (its heartbeat's `dropped` grew): this watcher
         /// may be that subscriber. It is resynchronising: the current state is on its way.
         case fellBehind(epoch: String)
+        /// A call on the watcher's socket failed (the text says which and why): updates may be missed. After a
+        /// failed wait the watcher stops; after a failed subscription it goes on without that subscription.
+        case failed(String)
     }
 
     /// Identifies an observer, to remove it.
@@ -60,21 +63,24 @@ public final class PresenceWatcher: Sendable {
 
     /// A watcher of the update endpoint `endpoint`. With `commandEndpoint`, it also `query`s the users it has seen
     /// when it resynchronises, which covers users followed through ``observeAll(_:)``.
-    public init(endpoint: String, commandEndpoint: String? = nil) throws {
+    public init(endpoint: String, commandEndpoint: String? = nil, context: Context? = nil) throws {
         self.commandEndpoint = commandEndpoint
-        let context = try Context()
+        let context = try context ?? .shared()
         let socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
         try socket.connect(endpoint)
-        let name = "watcher-\(ObjectIdentifier(socket).hashValue)"
+        let name = "watcher-\(Self.instances.add(1, ordering: .relaxed).newValue)"
         let (waker, wakeSocket) = try Waker.make(context: context, name: name)
         self.waker = waker
-        let handOff = HandOff((socket, wakeSocket, context))
+        let handOff = HandOff((socket, wakeSocket))
         Thread { [self] in
-            let (socket, wakeSocket, context) = handOff.take()
-            withExtendedLifetime(context) { self.run(socket: socket, wake: wakeSocket) }
+            let (socket, wakeSocket) = handOff.take()
+            self.run(socket: socket, wake: wakeSocket)
         }.start()
     }
+
+    /// Numbers the watchers of this process, for their wake-up sockets' unique names in the shared context.
+    private static let instances = Atomic<Int>(0)
 
     /// Calls `observer` with every record of `user`, starting with the current one.
     public func observe(_ user: UserID, _ observer: @escaping @Sendable (PresenceRecord) -> Void) -> Token {
@@ -157,17 +163,29 @@ public final class PresenceWatcher: Sendable {
                     0, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
                 timeout = timeout < 0 ? wait : min(timeout, wait)
             }
-            _ = try? poller.poll(timeout: timeout)
-            try? wake.drain()
+            do {
+                _ = try poller.poll(timeout: timeout)
+                try wake.drain()
+            } catch {
+                // The context is ending or the sockets are broken: nothing more can arrive.
+                dispatch(.broker(.failed("waiting for updates failed: \(error)")), topic: Topic.broker.text)
+                return
+            }
             let (changes, stopping) = observers.withLock { state in
                 defer { state.pending = [] }
                 return (state.pending, state.stopping)
             }
             if stopping { return }
             for (topic, subscribe) in changes {
-                try? socket.set(subscribe ? .subscribe(topic.bytes) : .unsubscribe(topic.bytes))
+                do {
+                    try socket.set(subscribe ? .subscribe(topic.bytes) : .unsubscribe(topic.bytes))
+                } catch {
+                    let what = subscribe ? "subscribing to" : "unsubscribing from"
+                    dispatch(.broker(.failed("\(what) \(topic.text) failed: \(error)")), topic: Topic.broker.text)
+                }
             }
-            while let (frames, _) = try? socket.receiveMessage(), frames.count == 2 {
+            while let frames = receive(socket) {
+                guard frames.count == 2 else { continue }
                 let topic = String(decoding: frames[0].bytes, as: UTF8.self)
                 if topic == Topic.broker.text {
                     guard let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1].bytes) else { continue }
@@ -180,7 +198,7 @@ public final class PresenceWatcher: Sendable {
                     case .restarted:
                         seen = seen.mapValues { _ in 0 }  // seqs of the old run mean nothing now
                         resync = true
-                    case .connected, .lost: break
+                    case .connected, .lost, .failed: break
                     }
                     dispatch(.broker(change), topic: topic)
                 } else if topic.hasPrefix(Topic.groupPrefix) {
@@ -210,8 +228,12 @@ public final class PresenceWatcher: Sendable {
             // Subscribing again makes the broker send the current state; taking the extra subscription back at
             // once leaves libzmq's count of this topic's subscriptions as it was.
             let bytes = Array(topic.utf8)
-            try? socket.set(.subscribe(bytes))
-            try? socket.set(.unsubscribe(bytes))
+            do {
+                try socket.set(.subscribe(bytes))
+                try socket.set(.unsubscribe(bytes))
+            } catch {
+                dispatch(.broker(.failed("resubscribing to \(topic) failed: \(error)")), topic: Topic.broker.text)
+            }
         }
         guard let commandEndpoint, !seen.isEmpty,
             let client = try? CommandClient(endpoint: commandEndpoint, timeoutMilliseconds: 3_000)
@@ -226,6 +248,16 @@ public final class PresenceWatcher: Sendable {
                 dispatch(.presence(record), topic: Topic.presence(record.user).text)
                 dispatch(.presence(record), topic: Topic.allPresence.text)
             }
+        }
+    }
+
+    /// The next message waiting, or `nil` when none is (or reading failed: then broker observers are told).
+    private func receive(_ socket: Socket) -> [Socket.Frame]? {
+        do {
+            return try socket.receiveMessage()?.frames
+        } catch {
+            dispatch(.broker(.failed("reading an update failed: \(error)")), topic: Topic.broker.text)
+            return nil
         }
     }
 

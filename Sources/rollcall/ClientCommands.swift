@@ -58,6 +58,7 @@ func describe(_ event: PresenceWatcher.BrokerEvent) -> String {
     case .lost: "broker connection lost: presence may be out of date"
     case .recovered: "broker connection back"
     case .restarted(let epoch): "broker restarted (epoch \(epoch)): current state follows"
+    case .failed(let reason): "watcher failed: \(reason)"
     case .fellBehind: "updates may have been missed: current state follows"
     }
 }
