@@ -80,6 +80,36 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Memberships over all groups. Env: ROLLCALL_MAX_MEMBERSHIPS. Default: 10000000.")
     var maxMemberships: Int?
 
+    @Option(
+        help:
+            "Largest reply body, bytes; longer group and query answers are paged. Env: ROLLCALL_MAX_REPLY_BYTES. Default: 65536."
+    )
+    var maxReplyBytes: Int?
+
+    @Option(
+        help:
+            "Unread replies queued per command connection before more are dropped. Env: ROLLCALL_COMMAND_HWM. Default: 1000."
+    )
+    var commandHwm: Int32?
+
+    @Option(
+        help:
+            "ZMTP PING interval on every connection, ms; 0 turns them off. Env: ROLLCALL_CONNECTION_HEARTBEAT_MS. Default: 10000."
+    )
+    var connectionHeartbeatMs: Int32?
+
+    @Option(
+        help:
+            "Silence after a PING before a connection is closed, ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS. Default: 20000."
+    )
+    var connectionHeartbeatTimeoutMs: Int32?
+
+    @Option(
+        help:
+            "Silence from the broker after which peers close the connection (sent in PINGs), ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS. Default: 60000."
+    )
+    var connectionHeartbeatTtlMs: Int32?
+
     @Option(help: "The broker's id in ping replies. Env: ROLLCALL_BROKER_ID. Default: the host name.")
     var brokerId: String?
 
@@ -99,6 +129,14 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
         c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
+        c.maxReplyBytes = try setting(maxReplyBytes, "ROLLCALL_MAX_REPLY_BYTES", default: 65_536)
+        c.commandHighWaterMark = try setting(commandHwm, "ROLLCALL_COMMAND_HWM", default: 1_000)
+        c.connectionHeartbeatMilliseconds = try setting(
+            connectionHeartbeatMs, "ROLLCALL_CONNECTION_HEARTBEAT_MS", default: 10_000)
+        c.connectionHeartbeatTimeoutMilliseconds = try setting(
+            connectionHeartbeatTimeoutMs, "ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS", default: 20_000)
+        c.connectionHeartbeatTTLMilliseconds = try setting(
+            connectionHeartbeatTtlMs, "ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS", default: 60_000)
         let environment = ProcessInfo.processInfo.environment
         if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" {
             guard dataDir == nil else { throw ValidationError("--ephemeral and --data-dir exclude each other") }
@@ -132,6 +170,16 @@ struct Serve: AsyncParsableCommand {
         }
         guard c.maxMessageBytes >= 1_024, p.maxSessions > 0, p.maxSessionsPerUser > 0, c.updateHighWaterMark > 0 else {
             throw ValidationError("--max-message-bytes must be at least 1024; session limits and --update-hwm positive")
+        }
+        guard (16_384...16_777_216).contains(c.maxReplyBytes), c.commandHighWaterMark > 0 else {
+            throw ValidationError("--max-reply-bytes must be 16384...16777216 and --command-hwm positive")
+        }
+        guard c.connectionHeartbeatMilliseconds >= 0, c.connectionHeartbeatTimeoutMilliseconds > 0,
+            (0...6_553_500).contains(c.connectionHeartbeatTTLMilliseconds)
+        else {
+            throw ValidationError(
+                "--connection-heartbeat-ms must be >= 0, --connection-heartbeat-timeout-ms positive, "
+                    + "--connection-heartbeat-ttl-ms 0...6553500")
         }
         return c
     }
