@@ -26,6 +26,13 @@ final class EventLoop {
     var connectionCount: UInt64 = 0
     var closedRoutingIDs: Set<[UInt8]> = []
     var closedRoutingIDOrder: Deque<[UInt8]> = []
+    /// When to give freed memory back to the system, after connections closed (see Allocator.swift).
+    var trimAt: BrokerTime?
+    /// Expensive requests waiting for their turn, per routing id, and the order of the turns
+    /// (EventLoop+Fairness.swift).
+    var deferred: [[UInt8]: Deque<DeferredWork>] = [:]
+    var deferredOrder: Deque<[UInt8]> = []
+    var deferredBytes = 0
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
@@ -79,12 +86,14 @@ final class EventLoop {
         while !stopping.load(ordering: .sequentiallyConsistent) {
             var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
             if let nextWrite { deadline = min(deadline, nextWrite) }
-            let timeout = Int(max(0, deadline - clock.now()))
+            if let trimAt { deadline = min(deadline, trimAt) }
+            let timeout = hasDeferredWork ? 0 : Int(max(0, deadline - clock.now()))
             let ready = try poller.poll(timeout: timeout)
             if ready[2] { try wake.drain() }
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
             if ready[0] { try handleRequests() }
+            if hasDeferredWork { handleDeferredWork() }
             if ready[3] { try handleConnectionEvents() }
             if ready[1] { try handleSubscriptions() }
             let now = clock.now()
@@ -92,6 +101,11 @@ final class EventLoop {
             var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
             for update in core.flushGroups(now: now) {
                 send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
+            }
+            if let due = trimAt, now >= due {
+                trimAt = nil
+                Allocator.giveBackFreeMemory()
+                logger.debug("freed memory given back", metadata: ["ms": "\(clock.now() - now)"])
             }
             if now >= nextHeartbeat {
                 publishHeartbeat(now: now)

@@ -8,7 +8,8 @@ public enum Request: Equatable, Sendable {
     case bye(session: SessionID)
     case query(users: [UserID])
     case ping
-    case group(GroupID, GroupEdit)
+    /// Defines, edits or reads a group; the reply's members start after `after` (paging, docs/protocol.md §6.7).
+    case group(GroupID, GroupEdit, after: UserID? = nil)
     case ungroup(GroupID)
 
     /// The `op` that names the request on the wire.
