@@ -46,7 +46,8 @@ extension Integration {
                     + "honest heartbeat max \(format(heartbeats.max() ?? 0)) ms, ping p99 \(format(p99)) ms "
                     + "(\(pings.count) pings); offline records \(offline.count)")
             #expect(offline.isEmpty)
-            #expect((heartbeats.max() ?? .infinity) < 500)
+            // Below the 1 s TTL with room for a loaded machine; the figure itself is a few milliseconds when idle.
+            #expect((heartbeats.max() ?? .infinity) < 800)
             #expect(p99 < 500)
             #expect(reads > 120)
         }
