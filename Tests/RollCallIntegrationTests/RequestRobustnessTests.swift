@@ -188,6 +188,59 @@ extension Integration {
             peer.signal(SIGCONT)
         }
 
+        /// A frozen subscriber of every presence topic loses its connection within the same bound while updates keep
+        /// coming for it: traffic the broker sends does not count as the peer being alive.
+        @Test func frozenSubscriberUnderUpdatesIsClosed() async throws {
+            let (interval, timeout) = (200, 600)
+            let broker = try BrokerProcess(
+                executable: ChildProcess.rollcall,
+                arguments: [
+                    "--connection-heartbeat-ms", "\(interval)", "--connection-heartbeat-timeout-ms", "\(timeout)",
+                ])
+            defer { broker.stop() }
+            let update = Int(broker.update.split(separator: ":").last!)!
+            let pipeline = try RequestPipeline(endpoint: broker.command)
+            let session = try pipeline.call(.hello(.init(user: "flood".id, ttlMilliseconds: 600_000)))["session"]!
+                .string!
+            let peer = try ChildProcess(
+                "/usr/bin/env", ["python3", "-c", Self.frozenPeer, broker.command, broker.update, "presence/"])
+            defer { peer.terminate() }
+            // The SUB says ready once an update reached it: keep making some until it does.
+            let ready = ContinuousClock.now + .seconds(10)
+            var toggle = false
+            while !peer.stdout.contains("ready") && ContinuousClock.now < ready {
+                toggle.toggle()
+                let status = toggle ? "away" : "online"  // a change, so that it is published
+                try pipeline.send(Array(#"{"op":"status","session":"\#(session)","status":"\#(status)"}"#.utf8))
+                pause(milliseconds: 50)
+            }
+            try peer.waitForOutput(containing: "ready", timeout: 1_000)
+            peer.signal(SIGSTOP)
+            let start = ContinuousClock.now
+            var closedAfter: Double?
+            var sent = 0
+            let text = String(repeating: "x", count: 200)
+            while milliseconds(since: start) < Double(10 * (interval + timeout)) {
+                for _ in 0..<100 {
+                    let status = sent.isMultiple(of: 2) ? "busy" : "away"
+                    try pipeline.send(
+                        Array(#"{"op":"status","session":"\#(session)","status":"\#(status)","text":"\#(text)"}"#.utf8))
+                    sent += 1
+                }
+                if try brokerConnections(pid: broker.pid, ports: [update]) == 0 {
+                    closedAfter = milliseconds(since: start)
+                    break
+                }
+            }
+            try pipeline.drain()
+            print(
+                "frozen subscriber under updates: connection closed \(closedAfter.map(format) ?? "never") ms after "
+                    + "SIGSTOP, \(sent) updates sent meanwhile (heartbeat \(interval) ms, timeout \(timeout) ms)")
+            #expect((closedAfter ?? .infinity) < Double(interval + timeout + 500))
+            #expect(sent > 1_000)
+            peer.signal(SIGCONT)
+        }
+
         /// A DEALER and a SUB that say hello and wait; the test freezes the process.
         static let frozenPeer = """
             import sys, time, zmq
