@@ -33,6 +33,8 @@ extension EventLoop {
 
     /// How long after a connection closes the broker gives freed memory back to the system.
     static let trimDelayMilliseconds: Int64 = 1_000
+    /// How long the trim may wait for a round without requests, after it is due.
+    static let trimPostponeMilliseconds: Int64 = 10_000
 
     /// Reads every pending connection event.
     func handleConnectionEvents() throws {
@@ -45,7 +47,8 @@ extension EventLoop {
             case .disconnected:
                 if let known = connectionsByDescriptor.removeValue(forKey: event.value) { close(known) }
                 // libzmq frees the connection's pipes (and any unread replies or unfinished message in them) just
-                // after this event; once a second at most, the broker then hands free memory back to the system.
+                // after this event; a second later (or when the loop is next quiet, at most 10 s after that), the
+                // broker hands free memory back to the system.
                 if trimAt == nil { trimAt = clock.now() + Self.trimDelayMilliseconds }
             default:
                 break

@@ -28,6 +28,8 @@ final class EventLoop {
     var closedRoutingIDOrder: Deque<[UInt8]> = []
     /// When to give freed memory back to the system, after connections closed (see Allocator.swift).
     var trimAt: BrokerTime?
+    /// The latest a trim waits for a quiet round.
+    var trimLatest: BrokerTime?
     /// Expensive requests waiting for their turn, per routing id, and the order of the turns
     /// (EventLoop+Fairness.swift).
     var deferred: [[UInt8]: Deque<DeferredWork>] = [:]
@@ -103,9 +105,16 @@ final class EventLoop {
                 send(Topic.group(update.group), Codec.encodeGroupUpdate(update, recordCache: &recordCache))
             }
             if let due = trimAt, now >= due {
-                trimAt = nil
-                Allocator.giveBackFreeMemory()
-                logger.debug("freed memory given back", metadata: ["ms": "\(clock.now() - now)"])
+                if (ready[0] || hasDeferredWork) && now < (trimLatest ?? now) {
+                    // Still busy, maybe with the closed connections' last requests, whose replies it frees: wait
+                    // until a quiet round, for at most trimPostponeMilliseconds.
+                    trimLatest = trimLatest ?? now + Self.trimPostponeMilliseconds
+                    trimAt = now + 100
+                } else {
+                    (trimAt, trimLatest) = (nil, nil)
+                    Allocator.giveBackFreeMemory()
+                    logger.debug("freed memory given back", metadata: ["ms": "\(clock.now() - now)"])
+                }
             }
             if now >= nextHeartbeat {
                 publishHeartbeat(now: now)
