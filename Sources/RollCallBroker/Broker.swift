@@ -33,6 +33,10 @@ public final class Broker: Service, Sendable {
         // A deep accept queue: after a restart every client reconnects at once, and with libzmq's default of 100
         // pending connections the kernel drops SYNs and clients wait a second or more to retry.
         try router.set(.backlog(4_096))
+        // Unread replies queue up to this many messages per connection; replies are at most maxReplyBytes, so a
+        // connection that never reads holds at most their product (docs/reliability.md).
+        try router.set(.sendHighWaterMark(configuration.commandHighWaterMark))
+        try Self.setConnectionHeartbeats(router, configuration)
         let xpub = try Socket(context, .xpub)
         try xpub.set(.linger(milliseconds: 0))
         try xpub.set(.xpubVerbose(true))
@@ -48,6 +52,7 @@ public final class Broker: Service, Sendable {
         // that sends a longer frame before it stores anything of it.
         try xpub.set(.maxMessageSize(bytes: BrokerConfiguration.maxSubscriptionBytes))
         try xpub.set(.backlog(4_096))
+        try Self.setConnectionHeartbeats(xpub, configuration)
         // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md). The monitor
         // starts before the bind, so that it sees every connection.
         epoch = Token.random(bits: 64)
@@ -81,6 +86,15 @@ public final class Broker: Service, Sendable {
             monitor: monitor, store: store, logger: logger, wakeLoop: { [waker] in waker.wake() }, mailbox: mailbox,
             heartbeat: loopHeartbeat)
         self.loop = Mutex(eventLoop)
+    }
+
+    /// ZMTP heartbeats: libzmq's I/O thread PINGs every connection and closes one that stays silent, so a peer
+    /// whose network vanished without a FIN does not keep its connection (and the pipes behind it) for hours.
+    private static func setConnectionHeartbeats(_ socket: Socket, _ configuration: BrokerConfiguration) throws {
+        guard configuration.connectionHeartbeatMilliseconds > 0 else { return }
+        try socket.set(.heartbeatInterval(milliseconds: configuration.connectionHeartbeatMilliseconds))
+        try socket.set(.heartbeatTimeout(milliseconds: configuration.connectionHeartbeatTimeoutMilliseconds))
+        try socket.set(.heartbeatTTL(milliseconds: configuration.connectionHeartbeatTTLMilliseconds))
     }
 
     /// Runs the event loop until graceful shutdown (SIGTERM, SIGINT) or cancellation, then closes the sockets.

@@ -35,6 +35,11 @@ extension BrokerConfiguration {
         public static let brokerIDBytes: ClosedRange<Int> = 1...256
         public static let updateStallMilliseconds: ClosedRange<Int64> = 1...60_000
         public static let updateQueueBytes: ClosedRange<Int> = 65_536...68_719_476_736
+        public static let maxReplyBytes: ClosedRange<Int> = 16_384...16_777_216
+        public static let commandHighWaterMark: ClosedRange<Int32> = 1...1_000_000
+        public static let connectionHeartbeatMilliseconds: ClosedRange<Int32> = 0...3_600_000
+        public static let connectionHeartbeatTimeoutMilliseconds: ClosedRange<Int32> = 1...3_600_000
+        public static let connectionHeartbeatTTLMilliseconds: ClosedRange<Int32> = 0...6_553_500
     }
 
     /// Checks every setting against its documented range and the settings against each other; the broker runs
@@ -61,6 +66,16 @@ extension BrokerConfiguration {
         try Self.check("--broker-id", brokerID.utf8.count, in: Range.brokerIDBytes, unit: "bytes long")
         try Self.check("--update-stall-ms", updateStallMilliseconds, in: Range.updateStallMilliseconds)
         try Self.check("--update-queue-bytes", updateQueueBytes, in: Range.updateQueueBytes)
+        try Self.check("--max-reply-bytes", maxReplyBytes, in: Range.maxReplyBytes)
+        try Self.check("--command-hwm", commandHighWaterMark, in: Range.commandHighWaterMark)
+        try Self.check(
+            "--connection-heartbeat-ms", connectionHeartbeatMilliseconds, in: Range.connectionHeartbeatMilliseconds)
+        try Self.check(
+            "--connection-heartbeat-timeout-ms", connectionHeartbeatTimeoutMilliseconds,
+            in: Range.connectionHeartbeatTimeoutMilliseconds)
+        try Self.check(
+            "--connection-heartbeat-ttl-ms", connectionHeartbeatTTLMilliseconds,
+            in: Range.connectionHeartbeatTTLMilliseconds)
 
         guard p.minTTLMilliseconds <= p.defaultTTLMilliseconds, p.defaultTTLMilliseconds <= p.maxTTLMilliseconds else {
             throw ConfigurationError(

@@ -37,6 +37,24 @@ public struct BrokerConfiguration: Sendable {
     /// Test mode: the broker's clock moves only through `advance` requests, so tests reach TTLs, grace periods and
     /// batch windows without waiting. Loopback endpoints and ephemeral state only; never for production.
     public var testMode = false
+    /// The largest reply body the broker sends, in bytes: longer `group` and `query` answers are paged
+    /// (docs/protocol.md §6.5, §6.7). With ``commandHighWaterMark`` it bounds what one connection that never reads
+    /// its replies can make the broker hold. Range: 16_384...16_777_216.
+    public var maxReplyBytes = 65_536
+    /// Replies queued per command connection before further replies to it are dropped (the ROUTER's `ZMQ_SNDHWM`,
+    /// counted in messages). It must stay above the requests a client pipelines (the benchmark keeps 512 in
+    /// flight). Range: 1...1_000_000.
+    public var commandHighWaterMark: Int32 = 1_000
+    /// How often the broker sends a ZMTP PING on every command and update connection, in ms; 0 turns connection
+    /// heartbeats off. Range: 0...3_600_000.
+    public var connectionHeartbeatMilliseconds: Int32 = 10_000
+    /// How long after a PING a connection may stay silent before the broker closes it, in ms: a peer whose
+    /// network vanished without a FIN is gone within `connectionHeartbeatMilliseconds` plus this.
+    /// Range: 1...3_600_000.
+    public var connectionHeartbeatTimeoutMilliseconds: Int32 = 20_000
+    /// Sent to peers in every PING: a peer that hears nothing from the broker for this long closes the connection
+    /// (and a ZeroMQ client reconnects). libzmq sends it in tenths of a second; 0 sends none. Range: 0...6_553_500.
+    public var connectionHeartbeatTTLMilliseconds: Int32 = 60_000
 
     public init() {}
 

@@ -31,6 +31,11 @@ extension EventLoop {
     /// How many routing ids of closed connections are remembered, to recognise their late messages.
     static let closedRoutingIDMemory = 65_536
 
+    /// How long after a connection closes the broker gives freed memory back to the system.
+    static let trimDelayMilliseconds: Int64 = 1_000
+    /// How long the trim may wait for a round without requests, after it is due.
+    static let trimPostponeMilliseconds: Int64 = 10_000
+
     /// Reads every pending connection event.
     func handleConnectionEvents() throws {
         while let event = try monitor.receiveMonitorEvent() {
@@ -41,6 +46,10 @@ extension EventLoop {
                 connectionsByDescriptor[event.value] = TrackedConnection(id: newConnection())
             case .disconnected:
                 if let known = connectionsByDescriptor.removeValue(forKey: event.value) { close(known) }
+                // libzmq frees the connection's pipes (and any unread replies or unfinished message in them) just
+                // after this event; a second later (or when the loop is next quiet, at most 10 s after that), the
+                // broker hands free memory back to the system.
+                if trimAt == nil { trimAt = clock.now() + Self.trimDelayMilliseconds }
             default:
                 break
             }
@@ -75,6 +84,7 @@ extension EventLoop {
     }
 
     private func close(_ connection: TrackedConnection) {
+        if let routingID = connection.routingID { finishDeferredWork(routingID: routingID) }
         if let routingID = connection.routingID, routingID.count == 5, routingID[0] == 0 {
             closedRoutingIDs.insert(routingID)
             closedRoutingIDOrder.append(routingID)

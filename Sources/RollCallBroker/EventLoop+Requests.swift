@@ -7,35 +7,46 @@ extension EventLoop {
     /// The most frames a request message may have: routing id, a REQ delimiter or a short routing stack, a body.
     static let maxFrames = 8
 
-    /// Handles the requests waiting on the ROUTER, up to a batch.
+    /// Fewer bytes than any member's entry in a reply takes (`"a":{"user":"a","status":"online",...}`).
+    static let smallestRecordBytes = 64
+
+    /// Handles the requests waiting on the ROUTER, up to a batch. Expensive ones are queued (see
+    /// EventLoop+Fairness.swift); none are read while the queue holds too many bytes.
     func handleRequests() throws {
         for _ in 0..<Self.batch {
+            guard deferredBytes < Self.maxDeferredBytes else { return }
             guard let (frames, truncated) = try router.receiveMessage(maxFrames: Self.maxFrames) else { return }
             handle(frames, truncated: truncated)
         }
     }
 
-    /// Answers one request exactly once, on the envelope it came with.
+    /// Answers one request exactly once, on the envelope it came with: at once, or, when it is expensive or its
+    /// connection already waits for an expensive answer, later and in order (EventLoop+Fairness.swift).
     func handle(_ frames: [Socket.Frame], truncated: Bool) {
         // [routing id][...routing stack...][empty delimiter][body] from REQ; [routing id][body] from DEALER.
         var bodyStart = 1
         if let delimiter = frames.dropFirst().firstIndex(where: { $0.bytes.isEmpty }) { bodyStart = delimiter + 1 }
         let envelope = frames[..<bodyStart].map(\.bytes)
         let bodies = frames.count - bodyStart
-        let reply: [UInt8]
+        let work: Work
         if truncated || bodies != 1 {
+            metrics.request(op: "invalid", result: ErrorCode.badRequest.rawValue)
             let detail =
                 truncated ? "this message had more than \(Self.maxFrames) frames" : "this message had \(bodies)"
-            reply = Codec.encodeReply(
-                id: nil,
-                .failure(PresenceError(.badRequest, "a request is one body frame after the envelope; \(detail)")))
+            work = .answer(
+                Codec.encodeReply(
+                    id: nil,
+                    .failure(PresenceError(.badRequest, "a request is one body frame after the envelope; \(detail)"))))
         } else if frames[bodyStart].bytes.count > configuration.maxMessageBytes {
-            reply = Codec.encodeReply(
-                id: nil,
-                .failure(
-                    PresenceError(
-                        .tooLarge,
-                        "request of \(frames[bodyStart].bytes.count) bytes; at most \(configuration.maxMessageBytes)")))
+            metrics.request(op: "invalid", result: ErrorCode.tooLarge.rawValue)
+            work = .answer(
+                Codec.encodeReply(
+                    id: nil,
+                    .failure(
+                        PresenceError(
+                            .tooLarge,
+                            "request of \(frames[bodyStart].bytes.count) bytes; at most \(configuration.maxMessageBytes)"
+                        ))))
         } else {
             let connection: ConnectionID?
             do {
@@ -50,7 +61,41 @@ extension EventLoop {
                 logger.error("reading connection events failed", metadata: ["error": "\(error)"])
                 connection = nil
             }
-            reply = respond(to: frames[bodyStart].bytes, connection: connection)
+            switch Codec.decodeRequest(frames[bodyStart].bytes, limits: configuration.presence) {
+            case .failure(let rejection):
+                logger.debug("request rejected", metadata: ["code": "\(rejection.error.code.rawValue)"])
+                metrics.request(op: "invalid", result: rejection.error.code.rawValue)
+                work = .answer(Codec.encodeReply(id: rejection.id, .failure(rejection.error)))
+            case .success(let request):
+                work = .request(request, connection: connection, bytes: frames[bodyStart].bytes.count)
+            }
+        }
+        if work.isExpensive || deferred[frames[0].bytes] != nil {
+            enqueue(work, body: bodies == 1 ? frames[bodyStart].bytes : [], envelope: envelope)
+        } else {
+            answer(work, envelope: envelope)
+        }
+    }
+
+    /// Runs a request (or takes its ready answer) and sends the reply on its envelope.
+    func answer(_ work: Work, envelope: [[UInt8]]) {
+        let reply: [UInt8]
+        switch work {
+        case .answer(let bytes):
+            reply = bytes
+        case .request(let request, let connection, _):
+            reply = Codec.encodeReply(
+                id: request.id, counted(request.request, connection: connection),
+                maxBytes: configuration.maxReplyBytes)
+        case .queued(let body, let connection):
+            switch Codec.decodeRequest(body, limits: configuration.presence) {
+            case .success(let request):
+                reply = Codec.encodeReply(
+                    id: request.id, counted(request.request, connection: connection),
+                    maxBytes: configuration.maxReplyBytes)
+            case .failure(let rejection):  // it was decoded once already; the same bytes decode the same way
+                reply = Codec.encodeReply(id: rejection.id, .failure(rejection.error))
+            }
         }
         do {
             // ROUTER drops replies to peers that are gone or not reading; it never blocks.
@@ -60,21 +105,14 @@ extension EventLoop {
         }
     }
 
-    /// Decodes a body, runs it through the core, publishes what changed and returns the encoded reply.
-    func respond(to body: [UInt8], connection: ConnectionID?) -> [UInt8] {
-        switch Codec.decodeRequest(body, limits: configuration.presence) {
-        case .failure(let rejection):
-            logger.debug("request rejected", metadata: ["code": "\(rejection.error.code.rawValue)"])
-            metrics.request(op: "invalid", result: rejection.error.code.rawValue)
-            return Codec.encodeReply(id: rejection.id, .failure(rejection.error))
-        case .success(let envelope):
-            let result = execute(envelope.request, connection: connection)
-            switch result {
-            case .success: metrics.request(op: envelope.request.op, result: "ok")
-            case .failure(let error): metrics.request(op: envelope.request.op, result: error.code.rawValue)
-            }
-            return Codec.encodeReply(id: envelope.id, result)
+    /// Runs a request and counts its outcome for `rollcall_requests_total`.
+    func counted(_ request: Request, connection: ConnectionID?) -> Result<Reply, PresenceError> {
+        let result = execute(request, connection: connection)
+        switch result {
+        case .success: metrics.request(op: request.op, result: "ok")
+        case .failure(let error): metrics.request(op: request.op, result: error.code.rawValue)
         }
+        return result
     }
 
     func execute(_ request: Request, connection: ConnectionID?) -> Result<Reply, PresenceError> {
@@ -97,7 +135,10 @@ extension EventLoop {
             publish(outcome.updates)
             return outcome.reply.map { .done }
         case .query(let users):
-            return core.query(users, now: now).map(Reply.query)
+            // Where each distinct user was first named: a paged reply's `next` points back into the request.
+            var seen = Set<UserID>()
+            let positions = users.indices.filter { seen.insert(users[$0]).inserted }
+            return core.query(users, now: now).map { .query($0, positions: positions) }
         case .ping:
             return .success(
                 .ping(
@@ -115,9 +156,11 @@ extension EventLoop {
             advance(to: now + milliseconds)
             logger.debug("clock advanced", metadata: ["ms": "\(milliseconds)", "time": "\(clock.now())"])
             return .success(.advanced(time: clock.now()))
-        case .group(let group, let edit):
-            // Group messages go out from the loop's flush, batched; the reply answers at once.
-            return core.group(group, edit, now: now).map(Reply.group)
+        case .group(let group, let edit, let after):
+            // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
+            // members: no more records are made than the smallest record could fill the reply with.
+            let limit = configuration.maxReplyBytes / Self.smallestRecordBytes + 1
+            return core.group(group, edit, after: after, limit: limit, now: now).map(Reply.group)
         case .ungroup(let group):
             let deletion = core.ungroup(group, now: now)
             if let deletion {

@@ -46,6 +46,15 @@ final class EventLoop {
     var pending = PendingPublications()
     /// Last values and heartbeats asked for by subscriptions, at most one per topic per interval.
     var replays = ReplayCoalescer(interval: BrokerConfiguration.replayIntervalMilliseconds)
+    /// When to give freed memory back to the system, after connections closed (see Allocator.swift).
+    var trimAt: BrokerTime?
+    /// The latest a trim waits for a quiet round.
+    var trimLatest: BrokerTime?
+    /// Expensive requests waiting for their turn, per routing id, and the order of the turns
+    /// (EventLoop+Fairness.swift).
+    var deferred: [[UInt8]: Deque<DeferredWork>] = [:]
+    var deferredOrder: Deque<[UInt8]> = []
+    var deferredBytes = 0
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
@@ -127,9 +136,11 @@ final class EventLoop {
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
             if ready[0] { try handleRequests() }
+            if hasDeferredWork { handleDeferredWork() }
             if ready[3] { try handleConnectionEvents() }
             if ready[1] { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
+            trimIfDue(now: clock.now(), busy: ready[0] || hasDeferredWork)
             if core.recordsSessionEvents { logSessionEvents() }
             loopBeat.beat()
             if loopBeat.now >= nextGaugeUpdate {
@@ -149,6 +160,7 @@ final class EventLoop {
         var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
         if let nextWrite { deadline = min(deadline, nextWrite) }
         if let due = replays.nextDue { deadline = min(deadline, due) }
+        if let trimAt { deadline = min(deadline, trimAt) }
         return deadline
     }
 
@@ -159,6 +171,8 @@ final class EventLoop {
     /// How long to wait for sockets: until the next deadline, at most ``longestWait``. A manual clock (test mode)
     /// does not move while the loop waits, so there only a due deadline shortens the wait.
     private func pollTimeout() -> Int {
+        // Queued expensive requests continue at once, after a look at the sockets.
+        if hasDeferredWork { return 0 }
         // XPUB never signals room to send: while updates wait for a full subscriber, retry every millisecond.
         if !pending.isEmpty { return 1 }
         let wait = max(0, nextDeadline - clock.now())
@@ -189,6 +203,21 @@ final class EventLoop {
             } else if nextWrite == nil {
                 nextWrite = now + configuration.writeIntervalMilliseconds
             }
+        }
+    }
+
+    /// Gives freed memory back to the system once connections closed (Allocator.swift), at a quiet round: while
+    /// the loop is `busy`, maybe with the closed connections' last requests, whose replies it frees, it waits, for
+    /// at most ``trimPostponeMilliseconds``.
+    func trimIfDue(now: BrokerTime, busy: Bool) {
+        guard let due = trimAt, now >= due else { return }
+        if busy && now < (trimLatest ?? now) {
+            trimLatest = trimLatest ?? now + Self.trimPostponeMilliseconds
+            trimAt = now + 100
+        } else {
+            (trimAt, trimLatest) = (nil, nil)
+            Allocator.giveBackFreeMemory()
+            logger.debug("freed memory given back", metadata: ["ms": "\(clock.now() - now)"])
         }
     }
 

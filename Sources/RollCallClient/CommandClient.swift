@@ -86,14 +86,38 @@ public final class CommandClient {
 
     public func bye(_ session: SessionID) throws { _ = try call(.bye(session: session)) }
 
-    /// The current records of `users`.
+    /// The current records of `users`. A reply the broker paged (`next`) is followed up to the last user.
     public func query(_ users: [UserID]) throws -> [UserID: PresenceRecord] {
-        try decoding { try Codec.decodeQuery(try call(.query(users: users))) }
+        var records: [UserID: PresenceRecord] = [:]
+        var rest = users[...]
+        repeat {
+            let fields = try call(.query(users: Array(rest)))
+            let next = try decoding {
+                records.merge(try Codec.decodeQuery(fields)) { $1 }
+                return try Codec.decodeQueryNext(fields)
+            }
+            guard let next else { break }
+            guard next < rest.count else { throw ClientError.malformed("a query reply's 'next' is past the users") }
+            rest = rest.dropFirst(next)
+        } while true
+        return records
     }
 
-    /// Defines, edits or (with an empty edit) reads a group; answers the aggregate and every member's record.
+    /// Defines, edits or (with an empty edit) reads a group; answers the aggregate and every member's record,
+    /// reading on page by page (`after`) while the broker says more follow. Members are as of their page.
     public func group(_ group: GroupID, _ edit: GroupEdit = GroupEdit()) throws -> GroupSnapshot {
-        try decoding { try Codec.decodeGroupSnapshot(try call(.group(group, edit))) }
+        var snapshot = try decoding { try Codec.decodeGroupSnapshot(try call(.group(group, edit))) }
+        while let after = snapshot.next {
+            let page = try decoding {
+                try Codec.decodeGroupSnapshot(try call(.group(group, GroupEdit(), after: after)))
+            }
+            guard page.members.first.map({ $0.user > after }) ?? true else {
+                throw ClientError.malformed("a group page must start after \(after)")
+            }
+            snapshot.members += page.members
+            (snapshot.counts, snapshot.seq, snapshot.next) = (page.counts, page.seq, page.next)
+        }
+        return snapshot
     }
 
     /// Deletes a group; answers whether it existed.

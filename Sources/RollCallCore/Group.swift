@@ -64,18 +64,21 @@ public struct GroupEdit: Equatable, Sendable {
     public var isReadOnly: Bool { members == nil && add.isEmpty && remove.isEmpty }
 }
 
-/// A group as the `group` request answers it: the aggregate and every member's record.
+/// A group as the `group` request answers it: the aggregate and a page of members' records in id order.
 public struct GroupSnapshot: Equatable, Sendable {
     public var group: GroupID
     public var counts: StatusCounts
     public var members: [PresenceRecord]
     public var seq: UInt64
+    /// When more members follow: the id to read on from (the request's `after`); nil on the last page.
+    public var next: UserID?
 
-    public init(group: GroupID, counts: StatusCounts, members: [PresenceRecord], seq: UInt64) {
+    public init(group: GroupID, counts: StatusCounts, members: [PresenceRecord], seq: UInt64, next: UserID? = nil) {
         self.group = group
         self.counts = counts
         self.members = members
         self.seq = seq
+        self.next = next
     }
 }
 

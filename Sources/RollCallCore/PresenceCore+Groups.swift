@@ -9,6 +9,8 @@ import HeapModule
 extension PresenceCore {
     struct GroupState: Sendable {
         var members: Set<UserID> = []
+        /// The members in id order, for paged reads (docs/protocol.md §6.7).
+        var sorted: [UserID] = []
         var counts = StatusCounts()
         var seq: UInt64 = 0
         var changed: Set<UserID> = []
@@ -30,13 +32,15 @@ extension PresenceCore {
     public var groupCount: Int { groups.count }
     public var membershipCount: Int { membershipTotal }
 
-    /// Defines, edits or reads a group, and answers its aggregate and every member's record.
-    public mutating func group(_ id: GroupID, _ edit: GroupEdit, now: BrokerTime) -> Result<
-        GroupSnapshot, PresenceError
-    > {
+    /// Defines, edits or reads a group, and answers its aggregate and a page of members' records: at most `limit`
+    /// members after `after` in id order (see ``snapshot(of:after:limit:now:)``).
+    public mutating func group(
+        _ id: GroupID, _ edit: GroupEdit, after: UserID? = nil, limit: Int = .max, now: BrokerTime
+    ) -> Result<GroupSnapshot, PresenceError> {
         if let error = validate(edit, of: id) { return .failure(error) }
         guard groups[id] != nil || (edit.members != nil || !edit.add.isEmpty) else {
-            return .success(snapshot(of: id, now: now))  // reading, or removing from, a group that does not exist
+            // Reading, or removing from, a group that does not exist.
+            return .success(snapshot(of: id, after: after, limit: limit, now: now))
         }
         let existed = groups[id] != nil
         var state = groups.removeValue(forKey: id) ?? GroupState(seq: retiredGroupSeqs.removeValue(forKey: id) ?? 0)
@@ -54,6 +58,13 @@ extension PresenceCore {
         }
         membershipTotal += added.count - taken.count
         state.members = target
+        if added.count + taken.count > 64 {
+            state.sorted = target.sorted()
+        } else {
+            // A small edit keeps the order by binary search instead of sorting the whole group again.
+            for user in taken { state.sorted.remove(at: state.sorted.insertionIndex(of: user)) }
+            for user in added { state.sorted.insert(user, at: state.sorted.insertionIndex(of: user)) }
+        }
         state.changed.formUnion(added)
         state.changed.subtract(taken)
         state.removed.formUnion(taken)
@@ -62,13 +73,13 @@ extension PresenceCore {
         if tracksChanges && (!added.isEmpty || !taken.isEmpty || !existed) { changedGroups.insert(id) }
         groups[id] = state
         if !added.isEmpty || !taken.isEmpty || !existed { scheduleFlush(id, now: now) }
-        return .success(snapshot(of: id, now: now))
+        return .success(snapshot(of: id, after: after, limit: limit, now: now))
     }
 
     /// Deletes a group. Returns the deletion message to publish, or nothing if there was no such group.
     public mutating func ungroup(_ id: GroupID, now: BrokerTime) -> GroupUpdate? {
         guard let state = groups.removeValue(forKey: id) else { return nil }
-        for user in state.members {
+        for user in state.sorted {
             memberships[user]?.remove(id)
             if memberships[user]?.isEmpty == true { memberships[user] = nil }
         }
@@ -86,12 +97,26 @@ extension PresenceCore {
 
     /// The group's aggregate and every member's record; an unknown group has no members and seq 0.
     public func snapshot(of id: GroupID, now: BrokerTime) -> GroupSnapshot {
+        snapshot(of: id, after: nil, limit: .max, now: now)
+    }
+
+    /// The group's aggregate and the records of at most `limit` members whose ids come after `after` (all from the
+    /// first when `after` is nil), in id order; `next` names the last of them when more members follow. The cost
+    /// is `limit` records and a binary search, whatever the group's size.
+    public func snapshot(of id: GroupID, after: UserID?, limit: Int, now: BrokerTime) -> GroupSnapshot {
         guard let state = groups[id] else {
             return GroupSnapshot(group: id, counts: StatusCounts(), members: [], seq: retiredGroupSeqs[id] ?? 0)
         }
+        var start = 0
+        if let after {
+            start = state.sorted.insertionIndex(of: after)
+            if start < state.sorted.count && state.sorted[start] == after { start += 1 }
+        }
+        let end = start + min(max(limit, 1), state.sorted.count - start)
+        let page = state.sorted[start..<end].map { record(of: $0, now: now) }
         return GroupSnapshot(
-            group: id, counts: state.counts, members: state.members.sorted().map { record(of: $0, now: now) },
-            seq: state.seq)
+            group: id, counts: state.counts, members: page, seq: state.seq,
+            next: end < state.sorted.count ? page.last?.user : nil)
     }
 
     /// The message a new subscriber of `group/<id>/` gets at once: the aggregate with no changes. Like every group
@@ -190,5 +215,17 @@ extension PresenceCore {
                 .limit, "the broker holds its maximum of \(configuration.maxMemberships) group memberships")
         }
         return nil
+    }
+}
+
+extension Array where Element == UserID {
+    /// The index of the first element not less than `user`, in a sorted array.
+    func insertionIndex(of user: UserID) -> Int {
+        var (low, high) = (0, count)
+        while low < high {
+            let middle = (low + high) / 2
+            if self[middle] < user { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 }

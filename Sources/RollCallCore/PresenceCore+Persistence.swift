@@ -30,7 +30,7 @@ extension PresenceCore {
         changes.records = changedUsers.sorted().map { record(of: $0, now: now) }
         for id in changedGroups.sorted() {
             if let state = groups[id] {
-                changes.groups.append(GroupDefinition(group: id, members: state.members.sorted(), seq: state.seq))
+                changes.groups.append(GroupDefinition(group: id, members: state.sorted, seq: state.seq))
             } else {
                 changes.deletedGroups.append(id)
             }
@@ -89,6 +89,7 @@ extension PresenceCore {
         for definition in definitions {
             var state = GroupState(seq: nextSeq(after: definition.seq, now: now))  // as for records, above
             state.members = Set(definition.members)
+            state.sorted = state.members.sorted()
             for member in state.members {
                 state.counts[users[member]?.status ?? .offline] += 1
                 memberships[member, default: []].insert(definition.group)

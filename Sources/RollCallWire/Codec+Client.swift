@@ -49,9 +49,13 @@ extension Codec {
             writer.endArray()
         case .ping:
             break
-        case .group(let group, let edit):
+        case .group(let group, let edit, let after):
             writer.key("group")
             writer.string(group.rawValue)
+            if let after {
+                writer.key("after")
+                writer.string(after.rawValue)
+            }
             for (name, list) in [("members", edit.members), ("add", edit.add), ("remove", edit.remove)] {
                 guard let list, !(list.isEmpty && name != "members") else { continue }
                 writer.key(name)
@@ -113,6 +117,16 @@ extension Codec {
             testMode: fields["test_mode"] == .bool(true))
     }
 
+    /// Where a paged `query` reply stopped: the index in the request's `users` of the first user not answered, or
+    /// nil when every user was.
+    public static func decodeQueryNext(_ fields: [JSONKey: JSON]) throws -> Int? {
+        guard let value = fields["next"] else { return nil }
+        guard let next = value.integer, next > 0 else {
+            throw MalformedMessage(description: "a query reply's 'next' must be a positive integer")
+        }
+        return Int(next)
+    }
+
     /// Reads the records of a `query` reply, in no particular order.
     public static func decodeQuery(_ fields: [JSONKey: JSON]) throws -> [UserID: PresenceRecord] {
         guard case .object(let presence)? = fields["presence"] else {
@@ -153,7 +167,13 @@ extension Codec {
         else { throw MalformedMessage(description: "a group reply must carry group, members and seq") }
         return GroupSnapshot(
             group: group, counts: try decodeCounts(fields["counts"]),
-            members: try members.values.map(decodeRecord).sorted { $0.user < $1.user }, seq: seq)
+            members: try members.values.map(decodeRecord).sorted { $0.user < $1.user }, seq: seq,
+            next: try fields["next"].map { (value) throws in
+                guard let text = value.string, let user = UserID(validating: text) else {
+                    throw MalformedMessage(description: "a group reply's 'next' must be a user id")
+                }
+                return user
+            })
     }
 
     /// Reads a group message, the body of a `group/<id>/` message.

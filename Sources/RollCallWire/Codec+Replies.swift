@@ -1,8 +1,18 @@
 import RollCallCore
 
 extension Codec {
+    /// Room kept at the end of a paged reply for `next`, `seq` and the closing braces.
+    static let pageTrailerBytes = 256
+
     /// Encodes the reply to a request whose `id` was `id`.
-    public static func encodeReply(id: JSON?, _ result: Result<Reply, PresenceError>) -> [UInt8] {
+    ///
+    /// `query` and `group` replies are paged to `maxBytes`: records are written while the reply stays within it,
+    /// and `next` says where the rest starts (docs/protocol.md §6.5, §6.7). At least one record is always written,
+    /// so a reply exceeds `maxBytes` only when the echoed `id` alone nearly fills it, and then by one record.
+    public static func encodeReply(
+        id: JSON?, _ result: Result<Reply, PresenceError>, maxBytes: Int = .max
+    ) -> [UInt8] {
+        let budget = maxBytes == .max ? Int.max : maxBytes - pageTrailerBytes
         var writer = JSONWriter()
         writer.beginObject()
         writer.key("ok")
@@ -20,7 +30,7 @@ extension Codec {
         case .success(let reply):
             writer.bool(true)
             writeID(id, into: &writer)
-            write(reply, into: &writer)
+            write(reply, into: &writer, budget: budget)
         }
         writer.endObject()
         return writer.bytes
@@ -32,7 +42,7 @@ extension Codec {
         writer.value(id)
     }
 
-    private static func write(_ reply: Reply, into writer: inout JSONWriter) {
+    private static func write(_ reply: Reply, into writer: inout JSONWriter, budget: Int) {
         switch reply {
         case .done:
             break
@@ -43,9 +53,13 @@ extension Codec {
             writer.integer(granted.heartbeatMilliseconds)
             writer.key("ttl_ms")
             writer.integer(granted.ttlMilliseconds)
-        case .query(let records):
+        case .query(let records, let positions):
             writer.key("presence")
-            writeByUser(records, into: &writer)
+            let written = writeByUser(records, into: &writer, budget: budget)
+            if written < records.count {
+                writer.key("next")
+                writer.integer(positions.isEmpty ? written : positions[written])
+            }
         case .ping(let info):
             write(info, into: &writer)
         case .advanced(let time):
@@ -54,7 +68,11 @@ extension Codec {
         case .group(let snapshot):
             writeAggregate(group: snapshot.group, counts: snapshot.counts, into: &writer)
             writer.key("members")
-            writeByUser(snapshot.members, into: &writer)
+            let written = writeByUser(snapshot.members, into: &writer, budget: budget)
+            if let next = written < snapshot.members.count ? snapshot.members[written - 1].user : snapshot.next {
+                writer.key("next")
+                writer.string(next.rawValue)
+            }
             writer.key("seq")
             writer.integer(snapshot.seq)
         case .ungroup(let deleted):
@@ -87,14 +105,25 @@ extension Codec {
         }
     }
 
-    /// Writes records as one object keyed by user id.
-    private static func writeByUser(_ records: [PresenceRecord], into writer: inout JSONWriter) {
+    /// Writes records as one object keyed by user id, while the output stays within `budget` bytes (at least one
+    /// record); returns how many were written.
+    private static func writeByUser(
+        _ records: [PresenceRecord], into writer: inout JSONWriter, budget: Int = .max
+    ) -> Int {
         writer.beginObject()
+        var written = 0
         for record in records {
+            let mark = writer.mark
             writer.key(record.user.rawValue)
             write(record, into: &writer)
+            if writer.bytes.count > budget && written > 0 {
+                writer.rewind(to: mark)
+                break
+            }
+            written += 1
         }
         writer.endObject()
+        return written
     }
 
     /// Encodes a group message, the body of a `group/<id>/` message.

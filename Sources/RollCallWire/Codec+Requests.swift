@@ -74,7 +74,9 @@ extension Codec {
                 GroupEdit(
                     members: try fields.users("members", max: max, what: "a group holds"),
                     add: try fields.users("add", max: max, what: "a group holds") ?? [],
-                    remove: try fields.users("remove", max: max, what: "a group holds") ?? []))
+                    remove: try fields.users("remove", max: max, what: "a group holds") ?? []),
+                after: try fields["after"].map { (value) throws(PresenceError) in try Codec.user(value, field: "after")
+                })
         case "ungroup":
             return .ungroup(try fields.requiredGroup())
         case "advance":

@@ -115,6 +115,21 @@ public struct JSONWriter {
         }
     }
 
+    /// A point in the output to go back to with ``rewind(to:)``.
+    public struct Mark {
+        fileprivate let count: Int
+        fileprivate let needsComma: Bool
+    }
+
+    /// The current point in the output.
+    public var mark: Mark { Mark(count: bytes.count, needsComma: needsComma) }
+
+    /// Drops everything written after `mark`.
+    public mutating func rewind(to mark: Mark) {
+        bytes.removeSubrange(mark.count...)
+        needsComma = mark.needsComma
+    }
+
     private mutating func separate() {
         if needsComma { bytes.append(UInt8(ascii: ",")) }
     }

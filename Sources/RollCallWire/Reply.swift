@@ -6,11 +6,13 @@ public enum Reply: Equatable, Sendable {
     case hello(PresenceCore.Granted)
     /// `heartbeat`, `status`, `bye`: done, nothing more to say.
     case done
-    /// `query`: the records asked for.
-    case query([PresenceRecord])
+    /// `query`: the records asked for, each user once; `positions` holds, for each record, the index in the
+    /// request's `users` where that user was first named (a paged reply's `next` is one of them). Empty positions
+    /// stand for 0, 1, 2 and so on.
+    case query([PresenceRecord], positions: [Int] = [])
     /// `ping`: who the broker is.
     case ping(BrokerInfo)
-    /// `group`: the aggregate and every member's record.
+    /// `group`: the aggregate and a page of members' records.
     case group(GroupSnapshot)
     /// `ungroup`: whether there was such a group.
     case ungroup(deleted: Bool)

@@ -8,7 +8,8 @@ public enum Request: Equatable, Sendable {
     case bye(session: SessionID)
     case query(users: [UserID])
     case ping
-    case group(GroupID, GroupEdit)
+    /// Defines, edits or reads a group; the reply's members start after `after` (paging, docs/protocol.md §6.7).
+    case group(GroupID, GroupEdit, after: UserID? = nil)
     case ungroup(GroupID)
     /// Test mode only: move the broker's clock forward, firing every deadline on the way.
     case advance(milliseconds: Int64)

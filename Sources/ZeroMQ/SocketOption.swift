@@ -27,6 +27,10 @@ public enum SocketOption: Sendable {
     case heartbeatInterval(milliseconds: Int32)
     /// Milliseconds without traffic after a PING before the connection is closed (`ZMQ_HEARTBEAT_TIMEOUT`).
     case heartbeatTimeout(milliseconds: Int32)
+    /// Milliseconds the peer may go without hearing from this socket after it received a PING before the peer
+    /// closes the connection; sent to the peer in each PING, in tenths of a second (`ZMQ_HEARTBEAT_TTL`; values
+    /// below 100 have no effect).
+    case heartbeatTTL(milliseconds: Int32)
     /// Milliseconds before reconnecting a dropped connection (`ZMQ_RECONNECT_IVL`).
     case reconnectInterval(milliseconds: Int32)
     /// Upper bound of the reconnect backoff in milliseconds (`ZMQ_RECONNECT_IVL_MAX`).
@@ -57,6 +61,7 @@ public enum SocketOption: Sendable {
         case .immediate(let on): try setInt(handle, ZMQ_IMMEDIATE, on ? 1 : 0)
         case .heartbeatInterval(let ms): try setInt(handle, ZMQ_HEARTBEAT_IVL, ms)
         case .heartbeatTimeout(let ms): try setInt(handle, ZMQ_HEARTBEAT_TIMEOUT, ms)
+        case .heartbeatTTL(let ms): try setInt(handle, ZMQ_HEARTBEAT_TTL, ms)
         case .reconnectInterval(let ms): try setInt(handle, ZMQ_RECONNECT_IVL, ms)
         case .reconnectIntervalMax(let ms): try setInt(handle, ZMQ_RECONNECT_IVL_MAX, ms)
         case .routerHandover(let on): try setInt(handle, ZMQ_ROUTER_HANDOVER, on ? 1 : 0)

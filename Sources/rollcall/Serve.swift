@@ -98,6 +98,36 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Memberships over all groups. Env: ROLLCALL_MAX_MEMBERSHIPS. Default: 10000000.")
     var maxMemberships: Int?
 
+    @Option(
+        help:
+            "Largest reply body, bytes; longer group and query answers are paged. Env: ROLLCALL_MAX_REPLY_BYTES. Default: 65536."
+    )
+    var maxReplyBytes: Int?
+
+    @Option(
+        help:
+            "Unread replies queued per command connection before more are dropped. Env: ROLLCALL_COMMAND_HWM. Default: 1000."
+    )
+    var commandHwm: Int32?
+
+    @Option(
+        help:
+            "ZMTP PING interval on every connection, ms; 0 turns them off. Env: ROLLCALL_CONNECTION_HEARTBEAT_MS. Default: 10000."
+    )
+    var connectionHeartbeatMs: Int32?
+
+    @Option(
+        help:
+            "Silence after a PING before a connection is closed, ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS. Default: 20000."
+    )
+    var connectionHeartbeatTimeoutMs: Int32?
+
+    @Option(
+        help:
+            "Silence from the broker after which peers close the connection (sent in PINGs), ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS. Default: 60000."
+    )
+    var connectionHeartbeatTtlMs: Int32?
+
     @Option(help: "The broker's id in ping replies. Env: ROLLCALL_BROKER_ID. Default: the host name.")
     var brokerId: String?
 
@@ -145,6 +175,14 @@ struct Serve: AsyncParsableCommand {
         c.updateStallMilliseconds = try setting(updateStallMs, "ROLLCALL_UPDATE_STALL_MS", default: 1_000)
         c.updateQueueBytes = try setting(updateQueueBytes, "ROLLCALL_UPDATE_QUEUE_BYTES", default: 67_108_864)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
+        c.maxReplyBytes = try setting(maxReplyBytes, "ROLLCALL_MAX_REPLY_BYTES", default: 65_536)
+        c.commandHighWaterMark = try setting(commandHwm, "ROLLCALL_COMMAND_HWM", default: 1_000)
+        c.connectionHeartbeatMilliseconds = try setting(
+            connectionHeartbeatMs, "ROLLCALL_CONNECTION_HEARTBEAT_MS", default: 10_000)
+        c.connectionHeartbeatTimeoutMilliseconds = try setting(
+            connectionHeartbeatTimeoutMs, "ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS", default: 20_000)
+        c.connectionHeartbeatTTLMilliseconds = try setting(
+            connectionHeartbeatTtlMs, "ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS", default: 60_000)
         let environment = ProcessInfo.processInfo.environment
         if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" || (testMode && dataDir == nil) {
             guard dataDir == nil else { throw ValidationError("--ephemeral and --data-dir exclude each other") }

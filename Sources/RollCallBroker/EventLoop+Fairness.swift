@@ -1,0 +1,125 @@
+import DequeModule
+import RollCallCore
+import RollCallWire
+
+/// Fairness between cheap and expensive requests.
+///
+/// libzmq's ROUTER already reads one message from each connection in turn, but a turn can be expensive: a page of a
+/// large group or a query of many users costs the loop up to a reply of `maxReplyBytes` to build, so that many
+/// connections each keeping one such read in flight would delay everybody's heartbeats by their number times that
+/// cost. So the loop answers cheap requests as it reads them, and puts expensive ones in a queue per connection,
+/// which it works through in turns, one connection after the other, for at most ``expensiveSlice`` per loop round
+/// before it reads the ROUTER again. A connection that waits for an expensive answer has its later requests queued
+/// behind it, so each connection's replies still come in the order of its requests (docs/protocol.md §3.2).
+extension EventLoop {
+    /// What answering a request takes.
+    enum Work {
+        /// The answer is ready (a framing error or a rejected request).
+        case answer([UInt8])
+        /// A request to run, from a connection, and the size of its body.
+        case request(RequestEnvelope, connection: ConnectionID?, bytes: Int)
+        /// A request body to decode and run when its turn comes: queued requests are kept as they came, since a
+        /// decoded list of users takes several times the bytes of its JSON.
+        case queued(body: [UInt8], connection: ConnectionID?)
+
+        /// Whether the reply can be large: a group (a page of members) or a query of many users.
+        var isExpensive: Bool {
+            guard case .request(let envelope, _, _) = self else { return false }
+            return envelope.request.isExpensive
+        }
+
+        var bytes: Int {
+            switch self {
+            case .answer(let reply): reply.count
+            case .request(_, _, let bytes): bytes
+            case .queued(let body, _): body.count
+            }
+        }
+    }
+
+    struct DeferredWork {
+        var work: Work
+        var envelope: [[UInt8]]
+        var expensive: Bool
+    }
+
+    /// The most time one loop round spends on queued expensive requests before it reads the ROUTER again.
+    static let expensiveSlice: Duration = .milliseconds(5)
+    /// The request bytes the queues may hold; past it the loop stops reading the ROUTER until they drain, and
+    /// libzmq's receive high-water mark holds further requests back.
+    static let maxDeferredBytes = 8 * 1_048_576
+
+    /// Queues work for the connection of `envelope` (its routing id, the envelope's first frame), a request as its
+    /// body.
+    func enqueue(_ work: Work, body: [UInt8], envelope: [[UInt8]]) {
+        let key = envelope[0]
+        if deferred[key] == nil {
+            deferred[key] = []
+            deferredOrder.append(key)
+        }
+        var item = DeferredWork(work: work, envelope: envelope, expensive: work.isExpensive)
+        if case .request(_, let connection, _) = work { item.work = .queued(body: body, connection: connection) }
+        deferred[key]!.append(item)
+        deferredBytes += item.work.bytes
+    }
+
+    /// Whether queued work waits.
+    var hasDeferredWork: Bool { !deferredOrder.isEmpty }
+
+    /// Works through the queues, one expensive request (and the cheap ones queued behind it) per connection per
+    /// turn, until they are empty or the slice is used up.
+    func handleDeferredWork() {
+        let start = ContinuousClock.now
+        while let key = deferredOrder.popFirst() {
+            guard var queue = deferred.removeValue(forKey: key) else { continue }
+            var first = true
+            while let next = queue.first, first || !next.expensive {
+                queue.removeFirst()
+                deferredBytes -= next.work.bytes
+                answer(next.work, envelope: next.envelope)
+                first = false
+            }
+            if !queue.isEmpty {
+                deferred[key] = queue
+                deferredOrder.append(key)
+            }
+            if ContinuousClock.now - start >= Self.expensiveSlice { return }
+        }
+    }
+
+    /// Runs the queued requests of a connection that closed, before its close is handled: the broker reads a
+    /// connection's requests before its close (docs/protocol.md §10.4), so a `bye` queued behind a group read
+    /// still counts as a bye, and a queued group edit still applies. Queued reads are dropped: nobody can read
+    /// their replies, and running them at once would hold up the loop.
+    func finishDeferredWork(routingID: [UInt8]) {
+        guard let queue = deferred.removeValue(forKey: routingID) else { return }
+        for item in queue {
+            deferredBytes -= item.work.bytes
+            guard case .queued(let body, let connection) = item.work,
+                case .success(let envelope) = Codec.decodeRequest(body, limits: configuration.presence),
+                !envelope.request.isRead
+            else { continue }
+            answer(.request(envelope, connection: connection, bytes: body.count), envelope: item.envelope)
+        }
+    }
+}
+
+extension Request {
+    /// Whether the reply can be large: a group (a page of members) or a query of many users.
+    var isExpensive: Bool {
+        switch self {
+        case .group: true
+        case .query(let users): users.count > 32
+        default: false
+        }
+    }
+
+    /// Whether the request only reads (its reply is all it does).
+    var isRead: Bool {
+        switch self {
+        case .query, .ping: true
+        case .group(_, let edit, _): edit.isReadOnly
+        default: false
+        }
+    }
+}
