@@ -114,6 +114,7 @@ let package = Package(
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
         .testTarget(name: "RollCallWireTests", dependencies: ["RollCallWire", "RollCallCore"]),
         .testTarget(name: "RollCallStoreTests", dependencies: ["RollCallStore", "RollCallCore"]),
+        .testTarget(name: "RollCallBrokerTests", dependencies: ["RollCallBroker", "RollCallCore"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
         .testTarget(

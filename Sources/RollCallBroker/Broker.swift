@@ -29,6 +29,9 @@ public final class Broker: Service, Sendable {
         let context = try Context()
         let router = try Socket(context, .router)
         try router.set(.linger(milliseconds: 0))
+        // libzmq's default, stated: a new connection never takes over another's routing id, so the replies (and
+        // sessions) of one connection can never be diverted to another that claims its id.
+        try router.set(.routerHandover(false))
         try router.set(.maxMessageSize(bytes: configuration.hardFrameLimit))
         // A deep accept queue: after a restart every client reconnects at once, and with libzmq's default of 100
         // pending connections the kernel drops SYNs and clients wait a second or more to retry.

@@ -15,7 +15,9 @@ extension EventLoop {
     func handleRequests() throws {
         for _ in 0..<Self.batch {
             guard deferredBytes < Self.maxDeferredBytes else { return }
-            guard let (frames, truncated) = try router.receiveMessage(maxFrames: Self.maxFrames) else { return }
+            guard
+                let (frames, truncated) = try router.receiveMessage(maxFrames: Self.maxFrames, sourceDescriptor: true)
+            else { return }
             handle(frames, truncated: truncated)
         }
     }

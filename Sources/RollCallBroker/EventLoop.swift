@@ -37,11 +37,8 @@ final class EventLoop {
     /// Topics that have at least one subscriber, as the XPUB reports them.
     var subscribedTopics = Set<[UInt8]>()
     let writer: StoreWriter?
-    /// The connection behind each open file descriptor of the ROUTER (see EventLoop+Connections.swift).
-    var connectionsByDescriptor: [Int32: TrackedConnection] = [:]
-    var connectionCount: UInt64 = 0
-    var closedRoutingIDs: Set<[UInt8]> = []
-    var closedRoutingIDOrder: Deque<[UInt8]> = []
+    /// The ROUTER's connections, from the socket monitor (ConnectionTracker.swift, EventLoop+Connections.swift).
+    var connections = ConnectionTracker()
     /// Updates waiting for full subscribers (EventLoop+Publishing.swift).
     var pending = PendingPublications()
     /// Last values and heartbeats asked for by subscriptions, at most one per topic per interval.
@@ -145,7 +142,7 @@ final class EventLoop {
             loopBeat.beat()
             if loopBeat.now >= nextGaugeUpdate {
                 metrics.update(
-                    core: core, connections: connectionsByDescriptor.count, subscriptions: subscribedTopics.count)
+                    core: core, connections: connections.count, subscriptions: subscribedTopics.count)
                 nextGaugeUpdate = loopBeat.now + 1_000
             }
             let elapsed = ContinuousClock.now - started
@@ -275,7 +272,7 @@ final class EventLoop {
     func status() -> BrokerStatus {
         BrokerStatus(
             broker: configuration.brokerID, epoch: epoch, time: clock.now(), sessions: core.sessionCount,
-            usersAvailable: core.availableUserCount, connections: connectionsByDescriptor.count,
+            usersAvailable: core.availableUserCount, connections: connections.count,
             groups: core.groupCount, subscriptions: subscribedTopics.count, published: publishedCount,
             recent: Array(recentRecords))
     }

@@ -40,13 +40,4 @@ public final class Context: @unchecked Sendable {
             done = true
         }
     }
-
-    /// The version of the libzmq the process runs with, such as `4.3.4`.
-    public static var libraryVersion: String {
-        var major: Int32 = 0
-        var minor: Int32 = 0
-        var patch: Int32 = 0
-        zmq_version(&major, &minor, &patch)
-        return "\(major).\(minor).\(patch)"
-    }
 }

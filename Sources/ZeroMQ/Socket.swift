@@ -30,7 +30,8 @@ public final class Socket {
         public var bytes: [UInt8]
         /// Whether more frames of the same message follow.
         public var more: Bool
-        /// The file descriptor of the connection the frame came on (`ZMQ_SRCFD`), or -1 where there is none.
+        /// The file descriptor of the connection the frame came on (`ZMQ_SRCFD`) when the receive asked for it, else
+        /// -1 (also where there is none, such as inproc).
         public var sourceFD: Int32
     }
 
@@ -127,8 +128,10 @@ public final class Socket {
 
     // MARK: Receiving
 
-    /// Receives one frame, or `nil` when none is waiting (only when `wait` is false).
-    public func receiveFrame(wait: Bool = false) throws -> Frame? {
+    /// Receives one frame, or `nil` when none is waiting (only when `wait` is false). `sourceDescriptor` also reads
+    /// the descriptor of the connection it came on (one more libzmq call): only a broker matching requests to
+    /// connections needs it.
+    public func receiveFrame(wait: Bool = false, sourceDescriptor: Bool = false) throws -> Frame? {
         var message = zmq_msg_t()
         zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }
@@ -145,7 +148,7 @@ public final class Socket {
             bytes = [UInt8](data)
         }
         let more = zmq_msg_more(&message) != 0
-        let sourceFD = zmq_msg_get(&message, ZMQ_SRCFD)
+        let sourceFD = sourceDescriptor ? zmq_msg_get(&message, ZMQ_SRCFD) : -1
         return Frame(bytes: bytes, more: more, sourceFD: sourceFD)
     }
 
@@ -154,15 +157,15 @@ public final class Socket {
     /// At most `maxFrames` frames are kept; the rest of an overlong message is read and dropped, and
     /// `truncated` says so. Reading it all keeps the socket in step with the next message.
     public func receiveMessage(
-        wait: Bool = false, maxFrames: Int = .max
+        wait: Bool = false, maxFrames: Int = .max, sourceDescriptor: Bool = false
     ) throws -> (frames: [Frame], truncated: Bool)? {
-        guard let first = try receiveFrame(wait: wait) else { return nil }
+        guard let first = try receiveFrame(wait: wait, sourceDescriptor: sourceDescriptor) else { return nil }
         var frames = [first]
         var truncated = false
         var more = first.more
         while more {
             // The rest of a message is already here: ZeroMQ delivers messages whole.
-            guard let next = try receiveFrame(wait: true) else { break }
+            guard let next = try receiveFrame(wait: true, sourceDescriptor: sourceDescriptor) else { break }
             more = next.more
             if frames.count < maxFrames {
                 frames.append(next)

@@ -19,8 +19,6 @@ public enum SocketOption: Sendable {
     case subscribe([UInt8])
     /// Remove a SUB socket's subscription (`ZMQ_UNSUBSCRIBE`).
     case unsubscribe([UInt8])
-    /// The identity a DEALER or REQ presents to a ROUTER (`ZMQ_ROUTING_ID`).
-    case routingID([UInt8])
     /// Queue messages only to completed connections (`ZMQ_IMMEDIATE`).
     case immediate(Bool)
     /// Milliseconds between ZMTP PINGs on each connection; 0 turns them off (`ZMQ_HEARTBEAT_IVL`).
@@ -33,12 +31,9 @@ public enum SocketOption: Sendable {
     case heartbeatTTL(milliseconds: Int32)
     /// Milliseconds before reconnecting a dropped connection (`ZMQ_RECONNECT_IVL`).
     case reconnectInterval(milliseconds: Int32)
-    /// Upper bound of the reconnect backoff in milliseconds (`ZMQ_RECONNECT_IVL_MAX`).
-    case reconnectIntervalMax(milliseconds: Int32)
     /// Let a new connection take over a routing id that is already in use (`ZMQ_ROUTER_HANDOVER`).
     case routerHandover(Bool)
-    /// The kernel's send and receive buffer sizes in bytes, -1 for the OS default (`ZMQ_SNDBUF`, `ZMQ_RCVBUF`).
-    case sendBuffer(bytes: Int32)
+    /// The kernel's receive buffer size in bytes, -1 for the OS default (`ZMQ_RCVBUF`).
     case receiveBuffer(bytes: Int32)
     /// How many pending connections the listener queues (`ZMQ_BACKLOG`).
     case backlog(Int32)
@@ -57,15 +52,12 @@ public enum SocketOption: Sendable {
         case .xpubNoDrop(let on): try setInt(handle, ZMQ_XPUB_NODROP, on ? 1 : 0)
         case .subscribe(let topic): try setBytes(handle, ZMQ_SUBSCRIBE, topic)
         case .unsubscribe(let topic): try setBytes(handle, ZMQ_UNSUBSCRIBE, topic)
-        case .routingID(let id): try setBytes(handle, ZMQ_ROUTING_ID, id)
         case .immediate(let on): try setInt(handle, ZMQ_IMMEDIATE, on ? 1 : 0)
         case .heartbeatInterval(let ms): try setInt(handle, ZMQ_HEARTBEAT_IVL, ms)
         case .heartbeatTimeout(let ms): try setInt(handle, ZMQ_HEARTBEAT_TIMEOUT, ms)
         case .heartbeatTTL(let ms): try setInt(handle, ZMQ_HEARTBEAT_TTL, ms)
         case .reconnectInterval(let ms): try setInt(handle, ZMQ_RECONNECT_IVL, ms)
-        case .reconnectIntervalMax(let ms): try setInt(handle, ZMQ_RECONNECT_IVL_MAX, ms)
         case .routerHandover(let on): try setInt(handle, ZMQ_ROUTER_HANDOVER, on ? 1 : 0)
-        case .sendBuffer(let bytes): try setInt(handle, ZMQ_SNDBUF, bytes)
         case .receiveBuffer(let bytes): try setInt(handle, ZMQ_RCVBUF, bytes)
         case .backlog(let n): try setInt(handle, ZMQ_BACKLOG, n)
         }

@@ -19,9 +19,6 @@ public struct ZMQError: Error, Equatable, CustomStringConvertible {
         self.message = String(cString: zmq_strerror(code))
     }
 
-    /// The context was terminated: the owner of the socket should close it and stop.
-    public var isTerminated: Bool { code == ETERM }
-
     public var description: String { "\(function): \(message) (errno \(code))" }
 }
 

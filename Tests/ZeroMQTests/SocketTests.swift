@@ -20,13 +20,18 @@ struct SocketTests {
         #expect(try dealer.send(message: [[], Array("hello".utf8), []], wait: true))
         var poller = Poller([router])
         #expect(try poller.poll(timeout: 3_000) == [true])
-        let (frames, truncated) = try #require(try router.receiveMessage())
+        let (frames, truncated) = try #require(try router.receiveMessage(sourceDescriptor: true))
         #expect(!truncated)
         #expect(frames.count == 4)  // routing id + the three frames
         #expect(frames.map(\.more) == [true, true, true, false])
         #expect(frames[2].bytes == Array("hello".utf8))
         #expect(frames[1].bytes.isEmpty && frames[3].bytes.isEmpty)
         #expect(frames[1].sourceFD >= 0)
+        // Without asking, no descriptor is read: only the broker matches requests to connections.
+        #expect(try dealer.send(message: [Array("again".utf8)], wait: true))
+        #expect(try poller.poll(timeout: 3_000) == [true])
+        let (plain, _) = try #require(try router.receiveMessage())
+        #expect(plain.allSatisfy { $0.sourceFD == -1 })
     }
 
     /// Receiving with nothing waiting is nil, not an error; a message with too many frames is cut and flagged.
