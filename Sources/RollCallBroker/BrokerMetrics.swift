@@ -1,10 +1,19 @@
 import Metrics
 import RollCallCore
+import RollCallWire
 
 /// The broker's metrics through the swift-metrics API; the executable chooses the backend (Prometheus). Every handle
 /// is made once, so that the loop only increments, sets and records: no look-up by label on the hot path.
 final class BrokerMetrics {
-    private var requests: [RequestKey: Counter] = [:]
+    /// Counters by op (the index of ``opNames``) and result (`ok`, then each error code in order), made on first use.
+    private var requests: [[Counter?]] = Array(
+        repeating: Array(repeating: nil, count: 1 + ErrorCode.allCases.count), count: opNames.count)
+    private static let opNames = [
+        "hello", "heartbeat", "status", "bye", "query", "ping", "group", "ungroup", "advance", "invalid",
+    ]
+    private static let resultNames = ["ok"] + ErrorCode.allCases.map(\.rawValue)
+    private static let resultIndex = Dictionary(
+        uniqueKeysWithValues: ErrorCode.allCases.enumerated().map { ($0.element, $0.offset + 1) })
     private let presenceUpdates = Counter(label: "rollcall_updates_published_total", dimensions: [("kind", "presence")])
     private let groupUpdates = Counter(label: "rollcall_updates_published_total", dimensions: [("kind", "group")])
     private let brokerUpdates = Counter(label: "rollcall_updates_published_total", dimensions: [("kind", "broker")])
@@ -19,20 +28,33 @@ final class BrokerMetrics {
     /// How long one loop round's work takes (not its wait).
     let loopIteration = Timer(label: "rollcall_loop_iteration_seconds")
 
-    private struct RequestKey: Hashable {
-        var op: String
-        var result: String
-    }
-
-    /// One request answered: `op` (or `invalid` when the body did not decode) and `ok` or the error code.
-    func request(op: String, result: String) {
-        let key = RequestKey(op: op, result: result)
-        if let counter = requests[key] {
+    /// One request answered: its op (`nil` when the body did not decode: `invalid`), and `nil` for `ok` or the
+    /// error code. Two array indexes, no hashing of strings: this runs for every request.
+    func request(_ request: Request?, failed code: ErrorCode?) {
+        let op = request.map(Self.opIndex) ?? Self.opNames.count - 1
+        let result = code.map { Self.resultIndex[$0] ?? 0 } ?? 0
+        if let counter = requests[op][result] {
             counter.increment()
         } else {
-            let counter = Counter(label: "rollcall_requests_total", dimensions: [("op", op), ("result", result)])
-            requests[key] = counter
+            let counter = Counter(
+                label: "rollcall_requests_total",
+                dimensions: [("op", Self.opNames[op]), ("result", Self.resultNames[result])])
+            requests[op][result] = counter
             counter.increment()
+        }
+    }
+
+    private static func opIndex(_ request: Request) -> Int {
+        switch request {
+        case .hello: 0
+        case .heartbeat: 1
+        case .status: 2
+        case .bye: 3
+        case .query: 4
+        case .ping: 5
+        case .group: 6
+        case .ungroup: 7
+        case .advance: 8
         }
     }
 

@@ -32,7 +32,7 @@ extension EventLoop {
         let bodies = frames.count - bodyStart
         let work: Work
         if truncated || bodies != 1 {
-            metrics.request(op: "invalid", result: ErrorCode.badRequest.rawValue)
+            metrics.request(nil, failed: .badRequest)
             let detail =
                 truncated ? "this message had more than \(Self.maxFrames) frames" : "this message had \(bodies)"
             work = .answer(
@@ -40,7 +40,7 @@ extension EventLoop {
                     id: nil,
                     .failure(PresenceError(.badRequest, "a request is one body frame after the envelope; \(detail)"))))
         } else if frames[bodyStart].bytes.count > configuration.maxMessageBytes {
-            metrics.request(op: "invalid", result: ErrorCode.tooLarge.rawValue)
+            metrics.request(nil, failed: .tooLarge)
             work = .answer(
                 Codec.encodeReply(
                     id: nil,
@@ -66,13 +66,14 @@ extension EventLoop {
             switch Codec.decodeRequest(frames[bodyStart].bytes, limits: configuration.presence) {
             case .failure(let rejection):
                 logger.debug("request rejected", metadata: ["code": "\(rejection.error.code.rawValue)"])
-                metrics.request(op: "invalid", result: rejection.error.code.rawValue)
+                metrics.request(nil, failed: rejection.error.code)
                 work = .answer(Codec.encodeReply(id: rejection.id, .failure(rejection.error)))
             case .success(let request):
                 work = .request(request, connection: connection, bytes: frames[bodyStart].bytes.count)
             }
         }
-        if work.isExpensive || deferred[frames[0].bytes] != nil {
+        // The look-up by routing id only when anything is queued at all: most rounds nothing is.
+        if work.isExpensive || (!deferred.isEmpty && deferred[frames[0].bytes] != nil) {
             enqueue(work, body: bodies == 1 ? frames[bodyStart].bytes : [], envelope: envelope)
         } else {
             answer(work, envelope: envelope)
@@ -111,8 +112,8 @@ extension EventLoop {
     func counted(_ request: Request, connection: ConnectionID?) -> Result<Reply, PresenceError> {
         let result = execute(request, connection: connection)
         switch result {
-        case .success: metrics.request(op: request.op, result: "ok")
-        case .failure(let error): metrics.request(op: request.op, result: error.code.rawValue)
+        case .success: metrics.request(request, failed: nil)
+        case .failure(let error): metrics.request(request, failed: error.code)
         }
         return result
     }

@@ -66,7 +66,7 @@ extension PresenceCore {
 func sameBytes(_ a: String?, _ b: String?) -> Bool {
     switch (a, b) {
     case (nil, nil): true
-    case (let a?, let b?): a.utf8.elementsEqual(b.utf8)
+    case (var a?, var b?): a.withUTF8 { x in b.withUTF8 { y in x.count == y.count && x.elementsEqual(y) } }
     default: false
     }
 }

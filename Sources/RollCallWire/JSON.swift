@@ -53,9 +53,18 @@ public struct JSONKey: Hashable, Sendable, ExpressibleByStringLiteral, CustomStr
     public init(_ text: String) { self.text = text }
     public init(stringLiteral text: String) { self.text = text }
 
-    public static func == (lhs: JSONKey, rhs: JSONKey) -> Bool { lhs.text.utf8.elementsEqual(rhs.text.utf8) }
+    public static func == (lhs: JSONKey, rhs: JSONKey) -> Bool { sameUTF8(lhs.text, rhs.text) }
     public func hash(into hasher: inout Hasher) {
-        for byte in text.utf8 { hasher.combine(byte) }
+        var text = text
+        text.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }  // contiguous: no copy for native text
     }
     public var description: String { text }
+}
+
+/// Whether two strings are the same UTF-8 bytes, compared as contiguous buffers (the hot path of every request's
+/// key look-ups).
+func sameUTF8(_ a: String, _ b: String) -> Bool {
+    var a = a
+    var b = b
+    return a.withUTF8 { x in b.withUTF8 { y in x.count == y.count && x.elementsEqual(y) } }
 }
