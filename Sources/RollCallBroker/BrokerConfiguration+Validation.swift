@@ -40,6 +40,7 @@ extension BrokerConfiguration {
         public static let connectionHeartbeatMilliseconds: ClosedRange<Int32> = 0...3_600_000
         public static let connectionHeartbeatTimeoutMilliseconds: ClosedRange<Int32> = 1...3_600_000
         public static let connectionHeartbeatTTLMilliseconds: ClosedRange<Int32> = 0...6_553_500
+        public static let maxConnections: ClosedRange<Int> = 1...10_000_000
     }
 
     /// Checks every setting against its documented range and the settings against each other; the broker runs
@@ -67,6 +68,7 @@ extension BrokerConfiguration {
         try Self.check("--update-stall-ms", updateStallMilliseconds, in: Range.updateStallMilliseconds)
         try Self.check("--update-queue-bytes", updateQueueBytes, in: Range.updateQueueBytes)
         try Self.check("--max-reply-bytes", maxReplyBytes, in: Range.maxReplyBytes)
+        try Self.check("--max-connections", maxConnections, in: Range.maxConnections)
         try Self.check("--command-hwm", commandHighWaterMark, in: Range.commandHighWaterMark)
         try Self.check(
             "--connection-heartbeat-ms", connectionHeartbeatMilliseconds, in: Range.connectionHeartbeatMilliseconds)

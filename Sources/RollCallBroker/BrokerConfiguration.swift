@@ -55,6 +55,10 @@ public struct BrokerConfiguration: Sendable {
     /// Sent to peers in every PING: a peer that hears nothing from the broker for this long closes the connection
     /// (and a ZeroMQ client reconnects). libzmq sends it in tenths of a second; 0 sends none. Range: 0...6_553_500.
     public var connectionHeartbeatTTLMilliseconds: Int32 = 60_000
+    /// Connections on the command endpoint; a connection past it is closed as soon as it is accepted (libzmq
+    /// cannot refuse one), so that what every connection can cost adds up to a bound. The default stays below the
+    /// systemd unit's `LimitNOFILE=65536`. Range: 1...10_000_000.
+    public var maxConnections = 60_000
 
     public init() {}
 

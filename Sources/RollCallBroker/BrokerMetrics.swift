@@ -19,6 +19,7 @@ final class BrokerMetrics {
     private let brokerUpdates = Counter(label: "rollcall_updates_published_total", dimensions: [("kind", "broker")])
     private var sessionsEnded: [OfflineReason: Counter] = [:]
     private var sessionsEndedReported: [OfflineReason: UInt64] = [:]
+    private let refusedConnections = Counter(label: "rollcall_connections_refused_total")
     private let sessions = Gauge(label: "rollcall_sessions")
     private let usersAvailable = Gauge(label: "rollcall_users_available")
     private let connections = Gauge(label: "rollcall_connections")
@@ -57,6 +58,9 @@ final class BrokerMetrics {
         case .advance: 8
         }
     }
+
+    /// A connection closed at once, past `--max-connections`.
+    func refusedConnection() { refusedConnections.increment() }
 
     /// One message published on the update socket.
     func published(_ topic: Topic) {

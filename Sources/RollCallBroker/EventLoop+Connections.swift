@@ -17,6 +17,7 @@ extension EventLoop {
             switch event.kind {
             case .accepted:
                 closed = connections.apply(.accepted(descriptor: event.value))
+                if connections.count > configuration.maxConnections { refuse(event) }
             case .disconnected:
                 closed = connections.apply(.disconnected(descriptor: event.value))
                 // libzmq frees the connection's pipes (and any unread replies or unfinished message in them) just
@@ -36,6 +37,20 @@ extension EventLoop {
         if let known = connections.knownOrigin(descriptor: descriptor, routingID: routingID) { return known }
         try handleConnectionEvents()
         return connections.origin(descriptor: descriptor, routingID: routingID)
+    }
+
+    /// Closes a connection past `--max-connections` at once: it has sent nothing yet, so it holds no session; its
+    /// DISCONNECTED follows and the tracker forgets it. Said once every 10 s at most.
+    private func refuse(_ event: MonitorEvent) {
+        event.shutDownConnection()
+        metrics.refusedConnection()
+        let now = clock.now()
+        if lastRefusalWarning.map({ now - $0 >= 10_000 }) ?? true {
+            lastRefusalWarning = now
+            logger.warning(
+                "connection refused: the broker holds its maximum of connections",
+                metadata: ["max": "\(configuration.maxConnections)"])
+        }
     }
 
     /// Ends the sessions of a connection that closed, after its queued edits and bye (EventLoop+Fairness.swift).

@@ -39,6 +39,8 @@ final class EventLoop {
     let writer: StoreWriter?
     /// The ROUTER's connections, from the socket monitor (ConnectionTracker.swift, EventLoop+Connections.swift).
     var connections = ConnectionTracker()
+    /// When a refused connection was last logged.
+    var lastRefusalWarning: BrokerTime?
     /// Updates waiting for full subscribers (EventLoop+Publishing.swift).
     var pending = PendingPublications()
     /// Last values and heartbeats asked for by subscriptions, at most one per topic per interval.

@@ -106,6 +106,12 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help:
+            "Connections on the command endpoint; more are closed when accepted. Env: ROLLCALL_MAX_CONNECTIONS. Default: 60000."
+    )
+    var maxConnections: Int?
+
+    @Option(
+        help:
             "Unread replies queued per command connection before more are dropped. Env: ROLLCALL_COMMAND_HWM. Default: 1000."
     )
     var commandHwm: Int32?
@@ -176,6 +182,7 @@ struct Serve: AsyncParsableCommand {
         c.updateQueueBytes = try setting(updateQueueBytes, "ROLLCALL_UPDATE_QUEUE_BYTES", default: 67_108_864)
         c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
         c.maxReplyBytes = try setting(maxReplyBytes, "ROLLCALL_MAX_REPLY_BYTES", default: 65_536)
+        c.maxConnections = try setting(maxConnections, "ROLLCALL_MAX_CONNECTIONS", default: 60_000)
         c.commandHighWaterMark = try setting(commandHwm, "ROLLCALL_COMMAND_HWM", default: 1_000)
         c.connectionHeartbeatMilliseconds = try setting(
             connectionHeartbeatMs, "ROLLCALL_CONNECTION_HEARTBEAT_MS", default: 10_000)

@@ -381,3 +381,28 @@ private func percentile(_ values: [Double], _ fraction: Double) -> Double {
 }
 
 private func format(_ value: Double) -> String { String(format: "%.1f", value) }
+
+extension Integration.RequestRobustnessTests {
+    /// Past `--max-connections` a connection is closed as soon as it is accepted: its requests go unanswered, the
+    /// broker holds no more than the limit, the connections within it are served, and when one of them closes a
+    /// waiting client gets in.
+    @Test func connectionsPastTheLimitAreRefused() async throws {
+        try await withBroker({ $0.maxConnections = 3 }) { broker in
+            let inside = try (0..<3).map { index in
+                let client = try broker.client(timeout: 2_000)
+                _ = try client.hello(.init(user: "in\(index)".id))
+                return client
+            }
+            let outside = try broker.client(timeout: 500)
+            #expect(throws: ClientError.self) { try outside.ping() }
+            let held = await broker.broker.status()?.connections
+            print("max connections 3: \(held.map(String.init) ?? "?") held while a fourth client knocked")
+            #expect((held ?? 99) <= 3)
+            #expect(try inside[0].ping().epoch == broker.broker.epoch)
+            try inside[2].reconnect()  // one of the three leaves (its replacement knocks too)
+            try await waitFor(seconds: 5) {
+                (try? outside.ping()) != nil || (try? inside[2].ping()) != nil
+            }
+        }
+    }
+}
