@@ -12,7 +12,7 @@ enum Allocator {
 
     /// glibc's `malloc_trim`, looked up at run time: Swift's Glibc module does not declare it, and other C libraries
     /// do not have it.
-    nonisolated(unsafe) private static let trim: Trim? = {
+    private static let trim: Trim? = {
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
         return unsafeBitCast(symbol, to: Trim.self)
     }()

@@ -16,12 +16,15 @@ public final class MetricsExporter: Sendable {
     public init() {
         let registry = PrometheusCollectorRegistry()
         self.registry = registry
-        residentMemory = registry.makeGauge(
-            name: "process_resident_memory_bytes", help: "Resident memory size in bytes.")
-        cpuSeconds = registry.makeGauge(name: "process_cpu_seconds_total", help: "User and system CPU time in seconds.")
-        openDescriptors = registry.makeGauge(name: "process_open_fds", help: "Number of open file descriptors.")
-        startTime = registry.makeGauge(
-            name: "process_start_time_seconds", help: "Start time of the process since the Unix epoch in seconds.")
+        func gauge(_ name: String, _ unit: String, _ help: String) -> Prometheus.Gauge {
+            registry.makeGauge(
+                descriptor: MetricNameDescriptor(namespace: "process", metricName: name, unitName: unit, helpText: help)
+            )
+        }
+        residentMemory = gauge("resident_memory", "bytes", "Resident memory size in bytes.")
+        cpuSeconds = gauge("cpu_seconds", "total", "User and system CPU time in seconds.")
+        openDescriptors = gauge("open", "fds", "Number of open file descriptors.")
+        startTime = gauge("start_time", "seconds", "Start time of the process since the Unix epoch in seconds.")
         startTime.set(ProcessReadings.startTime())
     }
 

@@ -223,7 +223,6 @@ extension Integration {
             let broker = try BrokerProcess(executable: ChildProcess.rollcall, arguments: [])
             defer { broker.stop() }
             let client = try CommandClient(endpoint: broker.command)
-            let context = try Context()
             pause(milliseconds: 200)
             let before = broker.residentBytes()
             var slowest = 0.0
@@ -386,7 +385,6 @@ extension Integration {
             let broker = try BrokerProcess(executable: ChildProcess.rollcall, arguments: [])
             defer { broker.stop() }
             let client = try CommandClient(endpoint: broker.command)
-            let context = try Context()
             let peer = try RawZMTPPeer(broker.update, socketType: "XSUB")
             pause(milliseconds: 200)
             let before = broker.residentBytes()
