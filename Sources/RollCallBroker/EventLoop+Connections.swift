@@ -56,11 +56,12 @@ extension EventLoop {
     /// Ends the sessions of a connection that closed, after its queued edits and bye (EventLoop+Fairness.swift).
     private func close(_ connection: ConnectionTracker.Connection) {
         if let routingID = connection.routingID { finishDeferredWork(routingID: routingID) }
-        let records = core.connectionClosed(connection.id, now: clock.now())
-        if !records.isEmpty {
+        let now = clock.now()
+        let actions = core.connectionClosed(connection.id, now: now)
+        if !actions.isEmpty {
             logger.debug(
-                "connection closed", metadata: ["connection": "\(connection.id)", "users": "\(records.count)"])
+                "connection closed", metadata: ["connection": "\(connection.id)", "users": "\(actions.count)"])
         }
-        publish(records)
+        perform(actions, now: now)
     }
 }

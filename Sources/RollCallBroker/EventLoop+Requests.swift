@@ -124,18 +124,18 @@ extension EventLoop {
         case .hello(let hello):
             let session = SessionID(Token.random(bits: 96))
             let outcome = core.hello(hello, session: session, connection: connection, now: now)
-            publish(outcome.updates)
+            perform(outcome.actions, now: now)
             return outcome.reply.map(Reply.hello)
         case .heartbeat(let session):
             return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
         case .status(let session, let status, let text):
             let outcome = core.setStatus(
                 session: session, status: status, text: text, connection: connection, now: now)
-            publish(outcome.updates)
+            perform(outcome.actions, now: now)
             return outcome.reply.map { .done }
         case .bye(let session):
             let outcome = core.bye(session: session, now: now)
-            publish(outcome.updates)
+            perform(outcome.actions, now: now)
             return outcome.reply.map { .done }
         case .query(let users):
             // Where each distinct user was first named: a paged reply's `next` points back into the request.
@@ -165,12 +165,10 @@ extension EventLoop {
             let limit = configuration.maxReplyBytes / Self.smallestRecordBytes + 1
             return core.group(group, edit, after: after, limit: limit, now: now).map(Reply.group)
         case .ungroup(let group):
-            let deletion = core.ungroup(group, now: now)
-            if let deletion {
-                publish(deletion)
-                logger.debug("group deleted", metadata: ["group": "\(group)"])
-            }
-            return .success(.ungroup(deleted: deletion != nil))
+            let outcome = core.ungroup(group, now: now)
+            perform(outcome.actions, now: now)
+            if case .success(true) = outcome.reply { logger.debug("group deleted", metadata: ["group": "\(group)"]) }
+            return outcome.reply.map { .ungroup(deleted: $0) }
         }
     }
 }

@@ -182,10 +182,8 @@ final class EventLoop {
     /// hands changes to the store once per write interval.
     func fireDeadlines(now: BrokerTime) {
         if !pending.isEmpty { flushPublications(now: now) }
-        publish(core.tick(now: now))
+        perform(core.tick(now: now), now: now)
         publishDueReplays(now: now)
-        var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
-        for update in core.flushGroups(now: now) { publish(update, recordCache: &recordCache, now: now) }
         if now >= nextHeartbeat {
             enqueue(Topic.broker.bytes, .heartbeat)
             nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
@@ -230,6 +228,19 @@ final class EventLoop {
         }
         clock.move(to: target)
         fireDeadlines(now: target)
+    }
+
+    /// Carries out what the core asked for, in order: the one way the core's output leaves it (its changes for the
+    /// store excepted, which the write timer takes).
+    /// `now` is the time of the event that produced them: the parts of a split group message take seqs from it.
+    func perform(_ actions: [PresenceCore.Action], now: BrokerTime) {
+        var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
+        for action in actions {
+            switch action {
+            case .publish(let record): publish([record])
+            case .publishGroup(let update): publish(update, recordCache: &recordCache, now: now)
+            }
+        }
     }
 
     /// Sends records to their users' topics.

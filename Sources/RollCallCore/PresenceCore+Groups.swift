@@ -76,9 +76,9 @@ extension PresenceCore {
         return .success(snapshot(of: id, after: after, limit: limit, now: now))
     }
 
-    /// Deletes a group. Returns the deletion message to publish, or nothing if there was no such group.
-    public mutating func ungroup(_ id: GroupID, now: BrokerTime) -> GroupUpdate? {
-        guard let state = groups.removeValue(forKey: id) else { return nil }
+    /// Deletes a group. Answers whether it existed, with its deletion message to publish.
+    public mutating func ungroup(_ id: GroupID, now: BrokerTime) -> Outcome<Bool> {
+        guard let state = groups.removeValue(forKey: id) else { return Outcome(.success(false)) }
         for user in state.sorted {
             memberships[user]?.remove(id)
             if memberships[user]?.isEmpty == true { memberships[user] = nil }
@@ -92,7 +92,8 @@ extension PresenceCore {
             retiredGroupSeqs = retiredGroupSeqs.filter { $0.value >= floor }
         }
         retiredGroupSeqs[id] = seq
-        return GroupUpdate(group: id, counts: StatusCounts(), changed: [], removed: [], seq: seq, deleted: true)
+        let deletion = GroupUpdate(group: id, counts: StatusCounts(), changed: [], removed: [], seq: seq, deleted: true)
+        return Outcome(.success(true), actions: [.publishGroup(deletion)])
     }
 
     /// The group's aggregate and every member's record; an unknown group has no members and seq 0.
@@ -140,8 +141,8 @@ extension PresenceCore {
         return state.seq
     }
 
-    /// Publishes every group whose batch window has closed.
-    public mutating func flushGroups(now: BrokerTime) -> [GroupUpdate] {
+    /// The messages of every group whose batch window has closed (part of ``tick(now:)``).
+    mutating func flushGroups(now: BrokerTime) -> [GroupUpdate] {
         var updates: [GroupUpdate] = []
         while let flush = groupFlushes.min, flush.at <= now {
             groupFlushes.removeMin()

@@ -2,8 +2,14 @@ import HeapModule
 
 /// Liveness: sessions that stop talking for their TTL end.
 extension PresenceCore {
-    /// Ends every session whose TTL has run out by `now` and returns the records to publish.
-    public mutating func tick(now: BrokerTime) -> [PresenceRecord] {
+    /// Does what time brings by `now`: ends every session whose TTL, grace period or placeholder has run out, then
+    /// flushes every group whose batch window has closed. Returns the records and group messages to publish.
+    public mutating func tick(now: BrokerTime) -> [Action] {
+        expire(now: now).map(Action.publish) + flushGroups(now: now).map(Action.publishGroup)
+    }
+
+    /// Ends every session whose deadline has come by `now`; returns the records to publish.
+    mutating func expire(now: BrokerTime) -> [PresenceRecord] {
         var expired: [UserID: [SessionID]] = [:]
         var reasons: [UserID: OfflineReason] = [:]
         while let check = expiries.min, check.at <= now {

@@ -118,7 +118,7 @@ extension PresenceCore {
     /// The sessions whose latest request came over `connection` lose it. Without a grace period they end at once
     /// (reason `closed`); with one, they end when it runs out unless a request names them first, over any
     /// connection. Sessions that had moved to another connection are not touched (fencing).
-    public mutating func connectionClosed(_ connection: ConnectionID, now: BrokerTime) -> [PresenceRecord] {
+    public mutating func connectionClosed(_ connection: ConnectionID, now: BrokerTime) -> [Action] {
         guard let ids = connections.removeValue(forKey: connection) else { return [] }
         let grace = configuration.offlineGraceMilliseconds
         var byUser: [UserID: [SessionID]] = [:]
@@ -134,6 +134,7 @@ extension PresenceCore {
             }
         }
         return byUser.keys.sorted().flatMap { user in end(byUser[user]!, of: user, now: now, reason: .closed) }
+            .map(Action.publish)
     }
 
     // MARK: Helpers

@@ -122,7 +122,7 @@ public struct PresenceCore: Sendable {
     /// The number of users available now.
     public internal(set) var availableUserCount = 0
 
-    /// When ``tick(now:)`` or ``flushGroups(now:)`` next has work to do; `nil` when neither has any.
+    /// When ``tick(now:)`` next has work to do (a session to end, a group batch to flush); `nil` when none.
     public var nextDeadline: BrokerTime? {
         switch (expiries.min?.at, groupFlushes.min?.at) {
         case (let a?, let b?): min(a, b)
@@ -131,14 +131,48 @@ public struct PresenceCore: Sendable {
     }
 }
 
-/// What an event produced: the reply for the client and the records to publish, in order.
+extension PresenceCore {
+    /// What the broker does because of an event: every event's output is one list of these, in order, which the
+    /// loop carries out as it is (hummingbird's state machines return their actions the same way).
+    ///
+    /// Keeping state is not an action: the store gets one batch per write interval, not a write per event, so the
+    /// core notes what changed and the loop takes it on its write timer (``takeChanges(now:)``).
+    public enum Action: Sendable, Equatable {
+        /// Publish a user's new record on `presence/<user>/`.
+        case publish(PresenceRecord)
+        /// Publish a group message on `group/<id>/`: a batch of member changes, or a deletion.
+        case publishGroup(GroupUpdate)
+    }
+}
+
+extension Array where Element == PresenceCore.Action {
+    /// The records among the actions, in order.
+    public var records: [PresenceRecord] {
+        compactMap { if case .publish(let record) = $0 { record } else { nil } }
+    }
+
+    /// The group messages among the actions, in order.
+    public var groupUpdates: [GroupUpdate] {
+        compactMap { if case .publishGroup(let update) = $0 { update } else { nil } }
+    }
+}
+
+/// What an event produced: the reply for the client and the actions for the broker, in order.
 public struct Outcome<Reply> {
     public var reply: Result<Reply, PresenceError>
-    public var updates: [PresenceRecord]
+    public var actions: [PresenceCore.Action]
+
+    /// The records the actions publish.
+    public var updates: [PresenceRecord] { actions.records }
 
     init(_ reply: Result<Reply, PresenceError>, updates: [PresenceRecord] = []) {
         self.reply = reply
-        self.updates = updates
+        self.actions = updates.map(PresenceCore.Action.publish)
+    }
+
+    init(_ reply: Result<Reply, PresenceError>, actions: [PresenceCore.Action]) {
+        self.reply = reply
+        self.actions = actions
     }
 
     static func failure(_ code: ErrorCode, _ message: String) -> Outcome {

@@ -150,11 +150,13 @@ struct GroupTests {
         #expect(h.core.groupCount == 0)
         #expect(try h.group("nope", GroupEdit(remove: ["a".id])).get().seq == 0)
         #expect(h.core.groupCount == 0)
-        #expect(h.core.ungroup("nope".group, now: h.now) == nil)
+        let none = h.core.ungroup("nope".group, now: h.now)
+        #expect(try none.reply.get() == false && none.actions.isEmpty)
 
         let first = h.define("g", ["a"])
         let deleted = h.core.ungroup("g".group, now: h.now)
-        let deletion = try #require(deleted)
+        #expect(try deleted.reply.get())
+        let deletion = try #require(deleted.actions.groupUpdates.first)
         #expect(deletion.deleted)
         #expect(deletion.seq > first.seq)
         #expect(h.core.groupCount == 0 && h.core.membershipCount == 0)
@@ -195,5 +197,23 @@ struct GroupTests {
         #expect((try? h.group("third", GroupEdit(remove: ["z".id])).get())?.seq == 0)  // creates nothing: no limit
         #expect(h.group("g", GroupEdit(add: ["c".id])).error?.code == .limit)  // too many memberships
         #expect(h.core.groupCount == 2 && h.core.membershipCount == 4)
+    }
+
+    /// One list out of time: a member who expires is published, then the group message that counts her out, in
+    /// that order, from a single tick.
+    @Test func tickReturnsRecordsThenGroupMessagesAsOneList() throws {
+        var h = Harness()
+        _ = h.open("a")
+        _ = h.define("g", ["a", "b"])
+        _ = h.core.tick(now: h.now)  // the creation message
+        h.clock.advance(3_000)  // a's TTL; the group's window has long closed
+        let actions = h.core.tick(now: h.now)
+        guard actions.count == 2, case .publish(let record) = actions[0], case .publishGroup(let update) = actions[1]
+        else {
+            Issue.record("not a record then a group message: \(actions)")
+            return
+        }
+        #expect(record.user == "a".id && record.status == .offline && record.reason == .timeout)
+        #expect(update.group == "g".group && update.counts.available == 0 && update.changed == [record])
     }
 }

@@ -9,10 +9,10 @@ struct LivenessTests {
         _ = h.open("alice")
         #expect(h.core.nextDeadline == h.now + 3_000)
         h.clock.advance(2_999)
-        #expect(h.core.tick(now: h.now).isEmpty)
+        #expect(h.core.tick(now: h.now).records.isEmpty)
         #expect(h.record("alice").status == .online)
         h.clock.advance(1)
-        let record = try #require(h.core.tick(now: h.now).first)
+        let record = try #require(h.core.tick(now: h.now).records.first)
         #expect(record.status == .offline)
         #expect(record.reason == .timeout)
         #expect(record.lastSeen == h.now)
@@ -27,14 +27,14 @@ struct LivenessTests {
         for _ in 0..<10 {
             h.clock.advance(2_000)
             #expect(h.core.heartbeat(session: session, now: h.now).reply.error == nil)
-            #expect(h.core.tick(now: h.now).isEmpty)
+            #expect(h.core.tick(now: h.now).records.isEmpty)
         }
         h.clock.advance(2_000)
         _ = h.core.setStatus(session: session, status: .busy, text: nil, now: h.now)
         h.clock.advance(2_999)
-        #expect(h.core.tick(now: h.now).isEmpty)
+        #expect(h.core.tick(now: h.now).records.isEmpty)
         h.clock.advance(1)
-        #expect(h.core.tick(now: h.now).first?.status == .offline)
+        #expect(h.core.tick(now: h.now).records.first?.status == .offline)
     }
 
     /// One expiring session of two leaves the user available, with one session fewer.
@@ -45,7 +45,7 @@ struct LivenessTests {
         let laptop = h.open("alice")
         h.clock.advance(2_000)
         _ = h.core.heartbeat(session: laptop, now: h.now)
-        let record = try #require(h.core.tick(now: h.now).first)
+        let record = try #require(h.core.tick(now: h.now).records.first)
         #expect(record.status == .online)
         #expect(record.sessions == 1)
     }
@@ -58,7 +58,7 @@ struct LivenessTests {
             _ = h.open(user)
         }
         h.clock.advance(3_000)
-        let records = h.core.tick(now: h.now)
+        let records = h.core.tick(now: h.now).records
         #expect(records.map(\.user.rawValue) == ["alice", "bob", "carol"])
         #expect(records.allSatisfy { $0.status == .offline && $0.sessions == 0 })
     }
@@ -74,7 +74,7 @@ struct LivenessTests {
         // Without the compaction the heap would hold all 5,001 checks for an hour.
         #expect(h.core.expiryCheckCount <= 2 * h.core.sessionCount + 1_024 + 1)
         h.clock.advance(3_000)
-        #expect(h.core.tick(now: h.now).map(\.user.rawValue) == ["bob"])
+        #expect(h.core.tick(now: h.now).records.map(\.user.rawValue) == ["bob"])
     }
 
     /// Closing a connection ends the sessions that live on it, with reason closed, and no others.
@@ -83,7 +83,7 @@ struct LivenessTests {
         _ = h.open("alice", connection: 1)
         _ = h.open("bob", connection: 1)
         _ = h.open("bob", connection: 2)
-        let records = h.core.connectionClosed(ConnectionID(1), now: h.now)
+        let records = h.core.connectionClosed(ConnectionID(1), now: h.now).records
         #expect(records.map(\.user.rawValue) == ["alice", "bob"])
         #expect(records[0].status == .offline && records[0].reason == .closed)
         #expect(records[1].status == .online && records[1].sessions == 1)
@@ -94,9 +94,9 @@ struct LivenessTests {
         var h = Harness()
         let session = h.open("alice", connection: 1)
         _ = h.core.heartbeat(session: session, connection: ConnectionID(2), now: h.now)
-        #expect(h.core.connectionClosed(ConnectionID(1), now: h.now).isEmpty)
+        #expect(h.core.connectionClosed(ConnectionID(1), now: h.now).records.isEmpty)
         #expect(h.record("alice").status == .online)
-        #expect(h.core.connectionClosed(ConnectionID(2), now: h.now).first?.status == .offline)
+        #expect(h.core.connectionClosed(ConnectionID(2), now: h.now).records.first?.status == .offline)
     }
 }
 
@@ -107,12 +107,12 @@ struct GraceTests {
     @Test func graceRunsOut() throws {
         var h = Harness { $0.offlineGraceMilliseconds = 500 }
         _ = h.open("alice", connection: 1)
-        #expect(h.core.connectionClosed(ConnectionID(1), now: h.now).isEmpty)
+        #expect(h.core.connectionClosed(ConnectionID(1), now: h.now).records.isEmpty)
         #expect(h.core.nextDeadline == h.now + 500)
         h.clock.advance(499)
-        #expect(h.core.tick(now: h.now).isEmpty)
+        #expect(h.core.tick(now: h.now).records.isEmpty)
         h.clock.advance(1)
-        let record = try #require(h.core.tick(now: h.now).first)
+        let record = try #require(h.core.tick(now: h.now).records.first)
         #expect(record.status == .offline && record.reason == .closed)
     }
 
@@ -121,15 +121,15 @@ struct GraceTests {
     @Test func comingBackWithinGraceIsSilent() throws {
         var h = Harness { $0.offlineGraceMilliseconds = 500 }
         let session = h.open("alice", connection: 1)
-        _ = h.core.connectionClosed(ConnectionID(1), now: h.now)
+        _ = h.core.connectionClosed(ConnectionID(1), now: h.now).records
         h.clock.advance(300)
         #expect(h.core.heartbeat(session: session, connection: ConnectionID(2), now: h.now).reply.error == nil)
         h.clock.advance(2_000)
-        #expect(h.core.tick(now: h.now).isEmpty)
+        #expect(h.core.tick(now: h.now).records.isEmpty)
         #expect(h.record("alice").status == .online)
         // The TTL still applies, and a later silence ends the session with reason timeout.
         h.clock.advance(1_000)
-        #expect(h.core.tick(now: h.now).first?.reason == .timeout)
+        #expect(h.core.tick(now: h.now).records.first?.reason == .timeout)
     }
 
     /// A grace longer than the remaining TTL still ends the session at its TTL, and says closed.
@@ -137,9 +137,9 @@ struct GraceTests {
         var h = Harness { $0.offlineGraceMilliseconds = 10_000 }
         _ = h.open("alice", connection: 1)
         h.clock.advance(2_000)
-        _ = h.core.connectionClosed(ConnectionID(1), now: h.now)
+        _ = h.core.connectionClosed(ConnectionID(1), now: h.now).records
         h.clock.advance(1_000)
-        #expect(h.core.tick(now: h.now).first?.reason == .closed)
+        #expect(h.core.tick(now: h.now).records.first?.reason == .closed)
     }
 
     /// Another available session keeps the user online when one connection closes.
@@ -147,7 +147,7 @@ struct GraceTests {
         var h = Harness()
         _ = h.open("alice", connection: 1)
         _ = h.open("alice", status: .away, connection: 2)
-        let record = try #require(h.core.connectionClosed(ConnectionID(1), now: h.now).first)
+        let record = try #require(h.core.connectionClosed(ConnectionID(1), now: h.now).records.first)
         #expect(record.status == .away && record.sessions == 1 && record.reason == nil)
     }
 }

@@ -45,7 +45,7 @@ struct PersistenceTests {
         #expect(after.core.snapshot(of: "g".group, now: after.now).counts == StatusCounts(busy: 1, offline: 2))
         #expect(after.core.availableUserCount == 1)
         #expect(after.core.flushGroups(now: after.now).isEmpty)  // restoring publishes nothing
-        #expect(after.core.tick(now: after.now).isEmpty)
+        #expect(after.core.tick(now: after.now).records.isEmpty)
     }
 
     /// A user who says hello again in time replaces the placeholder without any message; one who does not is
@@ -64,7 +64,7 @@ struct PersistenceTests {
         #expect(try reply.get().session.rawValue.isEmpty == false)
         #expect(updates.isEmpty)  // same status, same session count: nothing to tell anyone
         after.clock.advance(2_500)
-        let expired = after.core.tick(now: after.now)
+        let expired = after.core.tick(now: after.now).records
         #expect(expired.map(\.user.rawValue) == ["gone"])
         #expect(expired.first?.reason == .restart && expired.first?.status == .offline)
         #expect(expired.first!.seq > kept.records.first { $0.user == "gone".id }!.seq)
@@ -97,7 +97,7 @@ struct PersistenceTests {
         #expect(after.hello("a").0.error == nil)  // takes a's placeholder's place
         #expect(after.hello("d").0.error?.code == .limit)  // c and a hold the two real sessions
         after.clock.advance(2_000)
-        #expect(after.core.tick(now: after.now).map(\.user.rawValue) == ["b"])  // b never came back
+        #expect(after.core.tick(now: after.now).records.map(\.user.rawValue) == ["b"])  // b never came back
     }
 
     /// A core that keeps no store notes no changes, so nothing piles up.
@@ -117,7 +117,7 @@ struct PersistenceTests {
         after.core.restore(records: before.core.takeChanges(now: before.now).records, groups: [], now: after.now)
         #expect(after.hello("a", text: String(repeating: "x", count: 300)).0.error?.code == .badRequest)
         after.clock.advance(3_000)
-        #expect(after.core.tick(now: after.now).first?.reason == .restart)
+        #expect(after.core.tick(now: after.now).records.first?.reason == .restart)
     }
 
     /// A run killed between two batches published changes it never kept; the restored record and group take seqs

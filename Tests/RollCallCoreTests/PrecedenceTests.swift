@@ -87,7 +87,7 @@ struct PrecedenceTests {
         _ = h.core.bye(session: a, now: h.now)
         #expect(h.core.availableUserCount == 2)
         h.clock.advance(3_000)
-        _ = h.core.tick(now: h.now)
+        _ = h.core.tick(now: h.now).records
         #expect(h.core.availableUserCount == 0)
     }
 

@@ -52,3 +52,8 @@ extension Result {
         return nil
     }
 }
+
+extension PresenceCore {
+    /// The group messages a tick at `now` publishes: what the group tests look at (their sessions never expire).
+    mutating func flushGroups(now: BrokerTime) -> [GroupUpdate] { tick(now: now).groupUpdates }
+}
