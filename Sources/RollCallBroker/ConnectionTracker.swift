@@ -80,7 +80,15 @@ struct ConnectionTracker {
         if Self.isGenerated(routingID) && closedRoutingIDs.contains(routingID) { return .closed }  // a late message
         // The monitor has seen every connection, so a descriptor it does not know has closed.
         guard var known = byDescriptor[descriptor] else { return .closed }
-        if let bound = known.routingID, bound != routingID { return .closed }  // an older connection's message
+        if let bound = known.routingID, bound != routingID {
+            // libzmq numbers the routing ids it makes in the order of connections. A newer one than the bound id
+            // means the bound one came from an older connection on this descriptor, read late and credited to
+            // this one (its close and this connection's accept were both read before it): this request is this
+            // connection's own, and the id is bound again. An older one, or any id a client chose, is a late
+            // message of a closed connection.
+            guard Self.isGenerated(bound), Self.isGenerated(routingID), Self.order(routingID) > Self.order(bound)
+            else { return .closed }
+        }
         known.routingID = routingID
         byDescriptor[descriptor] = known
         return .connection(known.id)
@@ -100,4 +108,9 @@ struct ConnectionTracker {
 
     /// Whether libzmq made the routing id (a client that sets none gets five bytes, the first zero).
     static func isGenerated(_ routingID: [UInt8]) -> Bool { routingID.count == 5 && routingID[0] == 0 }
+
+    /// A generated routing id's place in libzmq's count of connections (its last four bytes, big-endian).
+    static func order(_ routingID: [UInt8]) -> UInt32 {
+        routingID.dropFirst().reduce(0) { $0 << 8 | UInt32($1) }
+    }
 }

@@ -208,7 +208,7 @@ final class EventLoop {
     /// at most ``trimPostponeMilliseconds``.
     func trimIfDue(now: BrokerTime, busy: Bool) {
         guard let due = trimAt, now >= due else { return }
-        if busy && now < (trimLatest ?? now) {
+        if busy && now < (trimLatest ?? now + Self.trimPostponeMilliseconds) {
             trimLatest = trimLatest ?? now + Self.trimPostponeMilliseconds
             trimAt = now + 100
         } else {

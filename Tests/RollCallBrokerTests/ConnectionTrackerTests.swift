@@ -63,8 +63,19 @@ struct ConnectionTrackerTests {
                 .accepted(5), .request(5, a, connection(1)), .accepted(5, closes: [1]), .request(5, b, connection(2)),
             ]),
         Script(
-            name: "a message of an older connection on the same descriptor, not yet known closed, is closed",
-            steps: [.accepted(5), .request(5, a, connection(1)), .request(5, b, .closed)]),
+            name: "a message with an older generated id than the bound one on the same descriptor is closed",
+            steps: [.accepted(5), .request(5, b, connection(1)), .request(5, a, .closed)]),
+        Script(
+            name: "a closed connection's first request read after its descriptor's reuse does not lock out the new one",
+            steps: [
+                // a sent one request and closed; b was accepted on the same descriptor; both events were read
+                // before a's request: it is credited to b's connection, and b's own requests still get through.
+                .accepted(5), .disconnected(5, closes: [1]), .accepted(5), .request(5, a, connection(2)),
+                .request(5, b, connection(2)), .request(5, b, connection(2), fast: true), .request(5, a, .closed),
+            ]),
+        Script(
+            name: "a client-chosen id different from the bound one on the same descriptor is closed",
+            steps: [.accepted(5), .request(5, custom, connection(1)), .request(5, Array("other".utf8), .closed)]),
         Script(
             name: "a descriptor the monitor never reported has closed",
             steps: [.request(7, a, .closed)]),
