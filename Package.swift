@@ -36,6 +36,8 @@ let package = Package(
             name: "RollCallCore",
             dependencies: [.product(name: "HeapModule", package: "swift-collections")]
         ),
+        // Keys and who may do what: CURVE certificates (czmq's format) and the authorized-keys table. Pure text.
+        .target(name: "RollCallSecurity", dependencies: ["RollCallCore"]),
         // The wire protocol: JSON bodies <-> requests, replies and records.
         .target(name: "RollCallWire", dependencies: ["RollCallCore"]),
         // Persistence: every user's last record and the groups, in SQLite (GRDB) or in memory.
@@ -98,8 +100,9 @@ let package = Package(
         .executableTarget(
             name: "rollcall",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallWire",
-                "RollCallTestSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallSecurity",
+                "RollCallWire", "RollCallTestSupport", "ZeroMQ",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -114,6 +117,7 @@ let package = Package(
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
         .testTarget(name: "RollCallWireTests", dependencies: ["RollCallWire", "RollCallCore"]),
         .testTarget(name: "RollCallStoreTests", dependencies: ["RollCallStore", "RollCallCore"]),
+        .testTarget(name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "ZeroMQ"]),
         .testTarget(name: "RollCallBrokerTests", dependencies: ["RollCallBroker", "RollCallCore"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),

@@ -8,6 +8,7 @@ struct RollCall: AsyncParsableCommand {
         abstract: "A ZeroMQ presence broker: who is online, within milliseconds.",
         subcommands: [
             Serve.self, Watch.self, Online.self, Query.self, GroupCommand.self, Simulate.self, Ping.self, Advance.self,
+            Keygen.self,
             Bench.self,
         ]
     )

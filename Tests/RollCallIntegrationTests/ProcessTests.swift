@@ -177,5 +177,25 @@ extension Integration {
             #expect(help.status == 0)
             #expect(help.stdout.contains("rollcall-bench presence"))
         }
+
+        /// `rollcall keygen PATH` writes a secret certificate with mode 0600 in czmq's format and prints its public
+        /// key; it never overwrites a file, and says so in one line.
+        @Test func keygenWritesAPrivateCertificate() async throws {
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("key-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let run = try await ChildProcess.run(ChildProcess.rollcall, ["keygen", path])
+            #expect(run.status == 0)
+            let publicKey = run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(publicKey.utf8.count == 40)
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            #expect(text.contains("public-key = \"\(publicKey)\""))
+            #expect(text.contains("secret-key = \""))
+            let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+            let again = try await ChildProcess.run(ChildProcess.rollcall, ["keygen", path])
+            #expect(again.status != 0)
+            #expect(again.stderr.contains("exists already") && again.stderr.split(separator: "\n").count == 1)
+            #expect(try String(contentsOfFile: path, encoding: .utf8) == text)
+        }
     }
 }

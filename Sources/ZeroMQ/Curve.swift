@@ -1,0 +1,26 @@
+import CZeroMQ
+
+/// CurveZMQ keys (RFC 26) as libzmq makes them: a 32-byte key written as 40 Z85 characters.
+public enum Curve {
+    /// Whether this libzmq was built with CURVE (Debian's is, with libsodium).
+    public static var isAvailable: Bool { zmq_has("curve") == 1 }
+
+    /// A new key pair, from libzmq's random source.
+    public static func keyPair() throws -> (publicKey: String, secretKey: String) {
+        var publicKey = [CChar](repeating: 0, count: 41)
+        var secretKey = [CChar](repeating: 0, count: 41)
+        try zmqCheck("zmq_curve_keypair") { zmq_curve_keypair(&publicKey, &secretKey) }
+        return (text(publicKey), text(secretKey))
+    }
+
+    /// The public key that belongs to `secretKey` (40 Z85 characters).
+    public static func publicKey(ofSecret secretKey: String) throws -> String {
+        var publicKey = [CChar](repeating: 0, count: 41)
+        try zmqCheck("zmq_curve_public") { zmq_curve_public(&publicKey, secretKey) }
+        return text(publicKey)
+    }
+
+    private static func text(_ characters: [CChar]) -> String {
+        String(decoding: characters.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
