@@ -45,7 +45,7 @@ extension EventLoop {
     private func replay(_ topic: Topic) {
         let now = clock.now()
         switch topic {
-        case .presence(let user): publish([core.record(of: user, now: now)])
+        case .presence(let user): publish(core.record(of: user, now: now))
         case .group(let group): publish(core.groupHeader(of: group, now: now))
         case .broker: enqueue(Topic.broker.bytes, .heartbeat)  // a new subscriber learns the epoch at once
         case .allPresence: break

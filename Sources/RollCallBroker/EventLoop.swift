@@ -237,19 +237,17 @@ final class EventLoop {
         var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
         for action in actions {
             switch action {
-            case .publish(let record): publish([record])
+            case .publish(let record): publish(record)
             case .publishGroup(let update): publish(update, recordCache: &recordCache, now: now)
             }
         }
     }
 
-    /// Sends records to their users' topics.
-    func publish(_ records: [PresenceRecord]) {
-        for record in records {
-            send(Topic.presence(record.user), Codec.encodeRecord(record))
-            recentRecords.append(record)
-            if recentRecords.count > Self.recentLimit { recentRecords.removeFirst() }
-        }
+    /// Sends a record to its user's topic.
+    func publish(_ record: PresenceRecord) {
+        send(Topic.presence(record.user), Codec.encodeRecord(record))
+        recentRecords.append(record)
+        if recentRecords.count > Self.recentLimit { recentRecords.removeFirst() }
     }
 
     /// Logs each session's steps at debug level.
