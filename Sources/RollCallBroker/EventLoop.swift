@@ -147,9 +147,7 @@ final class EventLoop {
                     core: core, connections: connections.count, subscriptions: subscribedTopics.count)
                 nextGaugeUpdate = loopBeat.now + 1_000
             }
-            let elapsed = ContinuousClock.now - started
-            metrics.loopIteration.recordNanoseconds(
-                elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
+            metrics.loopIteration.record(duration: ContinuousClock.now - started)
         }
     }
 

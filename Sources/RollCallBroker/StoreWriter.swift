@@ -83,9 +83,7 @@ final class StoreWriter: Sendable {
                 do {
                     let started = ContinuousClock.now
                     try store.write(batch)
-                    let took = ContinuousClock.now - started
-                    writeTimer.recordNanoseconds(
-                        took.components.seconds * 1_000_000_000 + took.components.attoseconds / 1_000_000_000)
+                    writeTimer.record(duration: ContinuousClock.now - started)
                     if failures > 0 { logger.notice("store writes work again", metadata: ["failed": "\(failures)"]) }
                     failed = nil
                     failures = 0
