@@ -1,5 +1,6 @@
 import Logging
 import RollCallCore
+import RollCallSecurity
 import RollCallWire
 import ZeroMQ
 
@@ -11,11 +12,17 @@ extension EventLoop {
     /// user's record (last value on subscribe), one to `group/<id>/` the group's aggregate, one to `broker/` a
     /// heartbeat; XPUB_VERBOSE passes every subscription, also a topic's second subscriber. These replays are
     /// coalesced per topic (``ReplayCoalescer``), so that a flood of subscriptions cannot multiply them.
+    ///
+    /// With CURVE the XPUB is in manual mode: libzmq applies nothing by itself, and the loop applies each
+    /// subscription the key may make (``Authorization/allowsSubscription(to:by:)``) before it reads the next
+    /// message, since libzmq applies it to the connection that sent the last one read (libzmq#1568).
     func handleSubscriptions() throws {
+        let manual = authorizedKeys != nil
         for _ in 0..<Self.batch {
-            guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1) else { return }
+            guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1, userID: manual) else { return }
             guard let first = frames.first?.bytes.first, first <= 1 else { continue }
             let topicBytes = frames[0].bytes.dropFirst()
+            if manual && !authorize(subscribe: first == 1, topicBytes, userID: frames[0].userID) { continue }
             // XPUB passes every subscription (verbose) but an unsubscription only when a topic's last subscriber
             // leaves: what is left in the set is the topics somebody follows.
             guard first == 1 else {
@@ -34,6 +41,33 @@ extension EventLoop {
                 if replays.request(topic, now: clock.now()) { replay(topic) }
             }
         }
+    }
+
+    /// Applies a subscription or unsubscription in manual mode if the connection's key allows it; whether it was
+    /// applied. An unsubscription libzmq makes itself when a subscriber leaves carries no `User-Id` and is already
+    /// done: nothing to apply.
+    private func authorize(subscribe: Bool, _ topic: ArraySlice<UInt8>, userID: String?) -> Bool {
+        guard subscribe else {
+            guard userID != nil else { return true }
+            do {
+                try xpub.set(.unsubscribe(Array(topic)))
+            } catch {
+                logger.error("unsubscribe failed", metadata: ["error": "\(error)"])
+            }
+            return true
+        }
+        guard Authorization.allowsSubscription(to: topic, by: access(userID: userID)) else {
+            metrics.refusedSubscription()
+            logger.debug("subscription not applied", metadata: ["topic": "\(Self.printable(topic))"])
+            return false
+        }
+        do {
+            try xpub.set(.subscribe(Array(topic)))
+        } catch {
+            logger.error("subscribe failed", metadata: ["error": "\(error)"])
+            return false
+        }
+        return true
     }
 
     /// Publishes the replays whose topic's interval has closed.

@@ -1,0 +1,235 @@
+import Foundation
+import RollCallBroker
+import RollCallClient
+import RollCallCore
+import RollCallSecurity
+import RollCallTestSupport
+import RollCallWire
+import Testing
+import ZeroMQ
+
+/// Keys for one test: the broker's pair and clients' pairs, by name, with the credentials each client uses.
+struct TestKeys {
+    let server: (publicKey: String, secretKey: String)
+    private(set) var pairs: [String: (publicKey: String, secretKey: String)] = [:]
+
+    init(_ names: String...) throws {
+        server = try Curve.keyPair()
+        for name in names { pairs[name] = try Curve.keyPair() }
+    }
+
+    func credentials(_ name: String) -> CurveCredentials {
+        CurveCredentials(
+            serverKey: server.publicKey, publicKey: pairs[name]!.publicKey, secretKey: pairs[name]!.secretKey)
+    }
+
+    /// An authorized-keys file's text: one line per `(name, role)`.
+    func table(_ entries: [(String, String)]) -> String {
+        "# public key                                role\n"
+            + entries.map { "\(pairs[$0.0]!.publicKey)   \($0.1)" }.joined(separator: "\n") + "\n"
+    }
+
+    func authorizedKeys(_ entries: [(String, String)]) throws -> AuthorizedKeys {
+        try AuthorizedKeys(parsing: table(entries))
+    }
+}
+
+extension Integration {
+    @Suite("Security: CURVE, keys bound to users, authorization")
+    struct SecurityTests {
+        static let roles = [
+            ("alice", "user alice"), ("bob", "user bob"), ("op", "operator"), ("reader", "reader"),
+        ]
+
+        /// Runs `body` with an in-process broker running CURVE with `roles`' keys (and a `stranger` key unknown to
+        /// it).
+        func withCurveBroker<T>(
+            _ keys: TestKeys, _ body: (TestBroker) async throws -> T
+        ) async throws -> T {
+            let table = try keys.authorizedKeys(Self.roles)
+            return try await withBroker({
+                $0.curve = CurveSettings(secretKey: keys.server.secretKey, authorizedKeys: table)
+            }) { try await body($0) }
+        }
+
+        /// A `user` key may act only as its user: hello for another user, touching another user's session, and
+        /// editing groups are `forbidden` and change nothing; what it may do works.
+        @Test func userKeyActsOnlyAsItsUser() async throws {
+            let keys = try TestKeys("alice", "bob", "op", "reader", "stranger")
+            try await withCurveBroker(keys) { broker in
+                let alice = try CommandClient(endpoint: broker.command, credentials: keys.credentials("alice"))
+                let bob = try CommandClient(endpoint: broker.command, credentials: keys.credentials("bob"))
+                let op = try CommandClient(endpoint: broker.command, credentials: keys.credentials("op"))
+                let reader = try CommandClient(endpoint: broker.command, credentials: keys.credentials("reader"))
+
+                #expect(throws: ClientError.self) { try alice.hello(.init(user: "bob".id)) }
+                do {
+                    _ = try alice.hello(.init(user: "bob".id))
+                } catch let ClientError.rejected(error) {
+                    #expect(error.code == .forbidden)
+                    #expect(error.message.contains("alice"))
+                    print("forbidden message: \(error.message)")
+                }
+                #expect(try alice.query(["bob".id])["bob".id]?.status == .offline)
+
+                let own = try alice.hello(.init(user: "alice".id))
+                let bobs = try bob.hello(.init(user: "bob".id, status: .busy))
+                try alice.setStatus(own.session, .away)
+                #expect(rejection(of: { try alice.setStatus(bobs.session, .offline) }) == .forbidden)
+                #expect(rejection(of: { try alice.bye(bobs.session) }) == .forbidden)
+                #expect(rejection(of: { try alice.heartbeat(bobs.session) }) == .forbidden)
+                #expect(try op.query(["bob".id])["bob".id]?.status == .busy)  // unchanged
+
+                // An operator acts for anyone; a reader only reads.
+                try op.setStatus(bobs.session, .online)
+                #expect(rejection(of: { try reader.hello(.init(user: "reader".id)) }) == .forbidden)
+                #expect(rejection(of: { try reader.heartbeat(own.session) }) == .forbidden)
+                #expect(try reader.query(["bob".id])["bob".id]?.status == .online)
+                #expect(try reader.ping().version == rollCallVersion)
+
+                // Groups: only operators define and delete; everyone reads.
+                #expect(
+                    rejection(of: { try alice.group("team".group, GroupEdit(members: ["alice".id])) }) == .forbidden)
+                #expect(
+                    rejection(of: { try reader.group("team".group, GroupEdit(members: ["alice".id])) }) == .forbidden)
+                _ = try op.group("team".group, GroupEdit(members: ["alice".id, "bob".id]))
+                #expect(try alice.group("team".group).counts.available == 2)
+                #expect(rejection(of: { try alice.ungroup("team".group) }) == .forbidden)
+                #expect(try op.ungroup("team".group))
+            }
+        }
+
+        /// A key that is not in the table, and a client without CURVE, get nothing on either endpoint: no reply,
+        /// no record, and the client learns why from its handshake.
+        @Test func unknownKeyAndNullClientGetNothing() async throws {
+            let keys = try TestKeys("alice", "bob", "op", "reader", "stranger")
+            try await withCurveBroker(keys) { broker in
+                let stranger = try CommandClient(
+                    endpoint: broker.command, timeoutMilliseconds: 1_000, credentials: keys.credentials("stranger"))
+                #expect(
+                    throws: ClientError.refused(
+                        "the broker refused this key: it is not in the broker's authorized keys")
+                ) {
+                    try stranger.ping()
+                }
+                let plain = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 1_000)
+                do {
+                    _ = try plain.ping()
+                    Issue.record("a NULL-mechanism client got a reply from a CURVE broker")
+                } catch let ClientError.refused(reason) {
+                    print("NULL client: \(reason)")
+                }
+
+                let strangerWatch = try PresenceSubscriber(
+                    endpoint: broker.update, credentials: keys.credentials("stranger"))
+                let plainWatch = try PresenceSubscriber(endpoint: broker.update)
+                let readerWatch = try PresenceSubscriber(
+                    endpoint: broker.update, credentials: keys.credentials("reader"))
+                for watch in [strangerWatch, plainWatch, readerWatch] {
+                    try watch.subscribe(prefix: Array("presence/".utf8))
+                    try watch.subscribe("alice".id)
+                    try watch.subscribe(prefix: Array("broker/".utf8))
+                }
+                let alice = try CommandClient(endpoint: broker.command, credentials: keys.credentials("alice"))
+                pause(milliseconds: 300)  // the subscriptions (if any) are in
+                _ = try alice.hello(.init(user: "alice".id))
+                try readerWatch.expect("alice") { $0.status == .online }
+                #expect(try strangerWatch.nextMessage(timeout: 1_200) == nil)
+                #expect(try plainWatch.nextMessage(timeout: 200) == nil)
+            }
+        }
+
+        /// A `user` key's subscriptions to prefixes that are not one exact topic (`presence/`, `presence/bo`, the
+        /// empty prefix, `group/`) are not applied, while its exact topics work, their last value included; a
+        /// reader's `presence/` gets everyone.
+        @Test func userSubscribesToExactTopicsOnly() async throws {
+            let keys = try TestKeys("alice", "bob", "op", "reader", "stranger")
+            try await withCurveBroker(keys) { broker in
+                let prefixes = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("alice"))
+                for prefix in ["presence/", "presence/bo", "", "group/"] {
+                    try prefixes.subscribe(prefix: Array(prefix.utf8))
+                }
+                let exact = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("alice"))
+                let reader = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("reader"))
+                try reader.subscribe(prefix: Array("presence/".utf8))
+                let bob = try CommandClient(endpoint: broker.command, credentials: keys.credentials("bob"))
+                let granted = try bob.hello(.init(user: "bob".id))
+                try exact.subscribe("bob".id)
+                try exact.expect("bob") { $0.status == .online }  // the last value on subscribe
+                pause(milliseconds: 200)
+                try bob.setStatus(granted.session, .away)
+                try exact.expect("bob") { $0.status == .away }
+                try reader.expect("bob") { $0.status == .away }
+                let leaked = try prefixes.nextMessage(timeout: 500)
+                #expect(leaked == nil, "a user key's prefix subscription received \(leaked.map { $0.topic } ?? "")")
+            }
+        }
+
+        /// Invisible: to everyone else the user looks exactly as if the invisible session did not exist (offline,
+        /// `last_seen` frozen when they went invisible, counted offline in groups and in the broker heartbeat), and
+        /// no byte anyone else receives says `invisible`; the user's own connection and operators see the truth.
+        @Test func invisibleRevealsNothing() async throws {
+            let keys = try TestKeys("alice", "bob", "op", "reader", "stranger")
+            try await withCurveBroker(keys) { broker in
+                let op = try CommandClient(endpoint: broker.command, credentials: keys.credentials("op"))
+                _ = try op.group("friends".group, GroupEdit(members: ["alice".id, "bob".id]))
+                let everything = try PresenceSubscriber(
+                    endpoint: broker.update, credentials: keys.credentials("reader"))
+                try everything.subscribe(prefix: [])
+                let bobWatch = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("bob"))
+                try bobWatch.subscribe("alice".id)
+                pause(milliseconds: 300)
+
+                let alice = try CommandClient(endpoint: broker.command, credentials: keys.credentials("alice"))
+                let session = try alice.hello(.init(user: "alice".id))
+                try bobWatch.expect("alice") { $0.status == .online }
+                try alice.setStatus(session.session, .invisible, text: "hiding")
+                let hidden = try bobWatch.expect("alice") { $0.status == .offline }
+                #expect(hidden.reason == .status)  // the same reason as a session that set `offline`
+                #expect(hidden.sessions == 0 && hidden.text == nil)
+
+                pause(milliseconds: 1_200)  // heartbeats go on; nothing moves
+                try alice.heartbeat(session.session)
+                let bob = try CommandClient(endpoint: broker.command, credentials: keys.credentials("bob"))
+                let seen = try #require(try bob.query(["alice".id])["alice".id])
+                #expect(seen.status == .offline && seen.lastSeen == hidden.lastSeen && seen.seq == hidden.seq)
+                #expect(try bob.group("friends".group).counts.available == 0)
+
+                // The truth: the user's own connection and operators.
+                #expect(try alice.query(["alice".id])["alice".id]?.status == .invisible)
+                #expect(try op.query(["alice".id])["alice".id]?.status == .invisible)
+
+                // Everything anyone else could receive in that time: records, group messages, broker heartbeats.
+                var messages: [(topic: String, body: [UInt8])] = []
+                while let message = try everything.nextMessage(timeout: 300) { messages.append(message) }
+                let heartbeats = messages.filter { $0.topic == "broker/" }
+                #expect(!heartbeats.isEmpty)
+                for message in messages {
+                    let text = String(decoding: message.body, as: UTF8.self)
+                    #expect(!text.contains("invisible"), "\(message.topic) revealed it: \(text)")
+                    #expect(!text.contains("hiding"), "\(message.topic) revealed the text: \(text)")
+                }
+                let last = try #require(heartbeats.last)
+                let heartbeat = try Codec.decodeBrokerHeartbeat(last.body)
+                #expect(heartbeat.sessions == 0 && heartbeat.usersAvailable == 0)
+                print("invisible: \(messages.count) messages checked, none revealing")
+
+                // Coming back is an ordinary change.
+                try alice.setStatus(session.session, .online)
+                try bobWatch.expect("alice") { $0.status == .online && $0.sessions == 1 }
+            }
+        }
+    }
+}
+
+/// The error code a call was refused with, or `nil` if it succeeded or failed otherwise.
+func rejection(of call: () throws -> Void) -> ErrorCode? {
+    do {
+        try call()
+        return nil
+    } catch let ClientError.rejected(error) {
+        return error.code
+    } catch {
+        return nil
+    }
+}
