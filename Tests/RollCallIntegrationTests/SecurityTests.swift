@@ -233,3 +233,101 @@ func rejection(of call: () throws -> Void) -> ErrorCode? {
         return nil
     }
 }
+
+extension Integration {
+    @Suite("Security: the rollcall serve process")
+    struct SecurityProcessTests {
+        /// SIGHUP reloads the authorized-keys file without a restart: a removed key gets `forbidden` on its
+        /// connection's next request and cannot connect again; an added key works; a malformed file keeps the table
+        /// it had, and the broker says which line is wrong.
+        @Test func reloadRevokesAndAdds() async throws {
+            let keys = try TestKeys("alice", "carol", "op")
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-keys-\(getpid())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let secret = directory.appendingPathComponent("broker.key").path
+            let table = directory.appendingPathComponent("authorized_keys").path
+            let certificate = Certificate(
+                publicKey: CurveKey(keys.server.publicKey)!, secretKey: CurveKey(keys.server.secretKey)!)
+            try CertificateFile.create(certificate, at: secret)
+            try keys.table([("alice", "user alice"), ("op", "operator")]).write(
+                toFile: table, atomically: true, encoding: .utf8)
+            let broker = try ChildProcess(
+                ChildProcess.rollcall,
+                [
+                    "serve", "--ephemeral", "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint",
+                    "tcp://127.0.0.1:*", "--curve-secret-key-file", secret, "--authorized-keys", table,
+                ])
+            defer { broker.terminate() }
+            let started = try broker.waitForOutput(containing: "broker started", inStderr: true, timeout: 10_000)
+            #expect(started.contains("public_key=\(keys.server.publicKey)"))
+            let command = try #require(
+                started.firstMatch(of: /command=(tcp:\/\/[0-9.]+:[0-9]+)/).map { String($0.1) })
+
+            let alice = try CommandClient(
+                endpoint: command, timeoutMilliseconds: 1_000, credentials: keys.credentials("alice"))
+            let session = try alice.hello(.init(user: "alice".id))
+            let carol = try CommandClient(
+                endpoint: command, timeoutMilliseconds: 500, credentials: keys.credentials("carol"))
+            #expect(throws: ClientError.self) { try carol.ping() }
+
+            // Alice out, Carol in.
+            try keys.table([("carol", "user carol"), ("op", "operator")]).write(
+                toFile: table, atomically: true, encoding: .utf8)
+            let reloaded = ContinuousClock.now
+            broker.signal(SIGHUP)
+            try broker.waitForOutput(containing: "authorized keys reloaded", inStderr: true)
+            let fresh = try CommandClient(
+                endpoint: command, timeoutMilliseconds: 2_000, credentials: keys.credentials("carol"))
+            _ = try fresh.hello(.init(user: "carol".id))
+            print("reload: a new key works \(Int(milliseconds(since: reloaded))) ms after SIGHUP")
+            #expect(rejection(of: { try alice.heartbeat(session.session) }) == .forbidden)
+            #expect(rejection(of: { _ = try alice.query(["alice".id]) }) == .forbidden)
+            let again = try CommandClient(
+                endpoint: command, timeoutMilliseconds: 1_000, credentials: keys.credentials("alice"))
+            #expect(
+                throws: ClientError.refused("the broker refused this key: it is not in the broker's authorized keys")
+            ) {
+                try again.ping()
+            }
+
+            // A malformed file changes nothing.
+            try (keys.table([("alice", "user alice")]) + "not-a-key operator\n").write(
+                toFile: table, atomically: true, encoding: .utf8)
+            broker.signal(SIGHUP)
+            let refused = try broker.waitForOutput(containing: "NOT reloaded", inStderr: true)
+            #expect(refused.contains("line 3"))
+            _ = try fresh.ping()
+            #expect(rejection(of: { _ = try alice.query(["alice".id]) }) == .forbidden)
+            #expect(try broker.waitForExit(timeout: 200) == nil)  // still running
+        }
+
+        /// `serve` refuses, with one line and exit status 64, to bind a non-loopback endpoint without CURVE;
+        /// `--insecure` allows it; `--authorized-keys` without a key file is refused too.
+        @Test func nonLoopbackBindWithoutCurveIsRefused() async throws {
+            let refused = try await ChildProcess.run(
+                ChildProcess.rollcall,
+                [
+                    "serve", "--ephemeral", "--command-endpoint", "tcp://0.0.0.0:*", "--update-endpoint",
+                    "tcp://127.0.0.1:*",
+                ])
+            #expect(refused.status == 64)
+            #expect(refused.stderr.contains("--command-endpoint 'tcp://0.0.0.0:*' is not loopback and CURVE is off"))
+            #expect(refused.stderr.split(separator: "\n").count == 1)
+
+            let lonely = try await ChildProcess.run(
+                ChildProcess.rollcall, ["serve", "--ephemeral", "--authorized-keys", "/nonexistent"])
+            #expect(lonely.status == 64)
+            #expect(lonely.stderr.contains("--authorized-keys needs --curve-secret-key-file"))
+
+            let insecure = try ChildProcess(
+                ChildProcess.rollcall,
+                [
+                    "serve", "--ephemeral", "--insecure", "--command-endpoint", "tcp://0.0.0.0:*",
+                    "--update-endpoint", "tcp://127.0.0.1:*",
+                ])
+            defer { insecure.terminate() }
+            try insecure.waitForOutput(containing: "broker started", inStderr: true, timeout: 10_000)
+        }
+    }
+}
