@@ -302,6 +302,49 @@ extension Integration {
             #expect(try broker.waitForExit(timeout: 200) == nil)  // still running
         }
 
+        /// The pyzmq CURVE example in docs/ goes online, away and offline with a `user` key, is refused a hello as
+        /// someone else, and with a key the broker does not know gets no reply and says the key was refused.
+        @Test func pythonCurveExample() async throws {
+            let keys = try TestKeys("kim", "stranger")
+            let script = ChildProcess.repositoryRoot.appendingPathComponent("docs/examples/curve.py").path
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-py-\(getpid())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            func keyFile(_ name: String) throws -> String {
+                let path = directory.appendingPathComponent("\(name).key").path
+                let pair = keys.credentials(name)
+                try CertificateFile.create(
+                    Certificate(publicKey: CurveKey(pair.publicKey)!, secretKey: CurveKey(pair.secretKey)!), at: path)
+                return path
+            }
+            let table = try keys.authorizedKeys([("kim", "user py-kim")])
+            try await withBroker({ $0.curve = CurveSettings(secretKey: keys.server.secretKey, authorizedKeys: table) })
+            {
+                broker in
+                let run = try await ChildProcess.run(
+                    "/usr/bin/env",
+                    [
+                        "python3", script, broker.command, broker.update, keys.server.publicKey, try keyFile("kim"),
+                        "py-kim",
+                    ])
+                #expect(run.status == 0, "stderr: \(run.stderr)")
+                #expect(run.stdout.contains("hello as not-py-kim: forbidden"))
+                let records = try run.stdout.split(separator: "\n").compactMap { line -> PresenceRecord? in
+                    line.hasPrefix("{\"user\"") ? try Codec.decodeRecord(Array(line.utf8)) : nil
+                }
+                #expect(records.map(\.status).suffix(3) == [.online, .away, .offline])
+
+                let stranger = try await ChildProcess.run(
+                    "/usr/bin/env",
+                    [
+                        "python3", script, broker.command, broker.update, keys.server.publicKey,
+                        try keyFile("stranger"), "py-kim",
+                    ])
+                #expect(stranger.status == 2, "stderr: \(stranger.stderr)")
+                #expect(stranger.stderr.contains("the broker refused key"))
+            }
+        }
+
         /// `serve` refuses, with one line and exit status 64, to bind a non-loopback endpoint without CURVE;
         /// `--insecure` allows it; `--authorized-keys` without a key file is refused too.
         @Test func nonLoopbackBindWithoutCurveIsRefused() async throws {
