@@ -93,7 +93,7 @@ let package = Package(
         .target(
             name: "RollCallBench",
             dependencies: [
-                "RollCallClient", "RollCallCore", "RollCallTestSupport", "RollCallWire", "ZeroMQ",
+                "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallTestSupport", "RollCallWire", "ZeroMQ",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),

@@ -34,7 +34,7 @@ public struct CurveCredentials: Sendable, Equatable {
     }
 
     /// Makes `socket` a CURVE client of the broker; before it connects.
-    func apply(to socket: Socket) throws {
+    public func apply(to socket: Socket) throws {
         try socket.set(.curveServerKey(serverKey))
         try socket.set(.curvePublicKey(publicKey))
         try socket.set(.curveSecretKey(secretKey))
