@@ -25,6 +25,11 @@ final class EventLoop {
     var authorizedKeys: AuthorizedKeys?
     /// When a refused handshake was last logged.
     var lastHandshakeWarning: BrokerTime?
+    /// What may be applied in the XPUB's manual mode (CURVE), and when a subscriber's stray message was last logged.
+    var subscriptionGate = ManualSubscriptionGate()
+    var lastSubscriptionWarning: BrokerTime?
+    /// Subscribers per topic in manual mode, for the gauge (manual mode reports every unsubscription).
+    var manualSubscriberCounts: [[UInt8]: Int] = [:]
     let logger: Logger
     var clock: BrokerClock
     var core: PresenceCore

@@ -165,6 +165,40 @@ extension Integration {
             }
         }
 
+        /// A `user` key's raw XSUB that sends messages that are not subscriptions (which skew libzmq 4.3.4's
+        /// manual-mode bookkeeping) between readers' `presence/` subscriptions never ends up with a prefix: it
+        /// receives its own exact topic and nothing of anyone else.
+        @Test func strayMessagesCannotBorrowAReadersSubscription() async throws {
+            let keys = try TestKeys("alice", "bob", "op", "reader", "stranger")
+            try await withCurveBroker(keys) { broker in
+                let context = try Context()
+                let hostile = try Socket(context, .xsub)
+                try hostile.set(.linger(milliseconds: 0))
+                try keys.credentials("alice").apply(to: hostile)
+                try hostile.connect(broker.update)
+                var readers: [PresenceSubscriber] = []
+                for round in 0..<20 {
+                    _ = try hostile.send(Array("junk \(round)".utf8))
+                    _ = try hostile.send([])
+                    let reader = try PresenceSubscriber(
+                        endpoint: broker.update, credentials: keys.credentials("reader"))
+                    try reader.subscribe(prefix: Array("presence/".utf8))
+                    readers.append(reader)
+                    _ = try hostile.send([1] + Array("presence/alice/".utf8))
+                }
+                pause(milliseconds: 500)
+                let bob = try CommandClient(endpoint: broker.command, credentials: keys.credentials("bob"))
+                _ = try bob.hello(.init(user: "bob".id))
+                try readers.last!.expect("bob") { $0.status == .online }
+                var received: [String] = []
+                while let message = try hostile.receive(timeout: 300) {
+                    received.append(String(decoding: message[0], as: UTF8.self))
+                }
+                #expect(received.allSatisfy { $0 == "presence/alice/" }, "the hostile key received \(received)")
+                print("stray messages: the hostile XSUB received \(received.count) messages, all its own topic")
+            }
+        }
+
         /// Invisible: to everyone else the user looks exactly as if the invisible session did not exist (offline,
         /// `last_seen` frozen when they went invisible, counted offline in groups and in the broker heartbeat), and
         /// no byte anyone else receives says `invisible`; the user's own connection and operators see the truth.
