@@ -1,5 +1,5 @@
-import RollCallClient
 import Foundation
+import RollCallClient
 import Synchronization
 import ZeroMQ
 

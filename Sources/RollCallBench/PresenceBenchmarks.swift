@@ -22,7 +22,8 @@ public struct PresenceBenchmarks {
 
     /// A `rollcall serve` child process with the scenario's arguments and ``brokerArguments``.
     func broker(_ arguments: [String]) throws -> BrokerProcess {
-        try BrokerProcess(executable: executable, arguments: arguments + brokerArguments + (curve?.brokerArguments ?? []))
+        try BrokerProcess(
+            executable: executable, arguments: arguments + brokerArguments + (curve?.brokerArguments ?? []))
     }
 
     /// Opens `count` sessions (TTL one hour unless given) and returns their ids, pipelined over one connection.
@@ -61,7 +62,8 @@ public struct PresenceBenchmarks {
         defer { broker.stop() }
         let pipeline = try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
         let sessions = try openSessions(pipeline, users: (0..<100).map { "lat\($0)" })
-        let subscriber = try LatencySubscriber(endpoint: broker.update, topics: ["presence/"], credentials: curve?.credentials)
+        let subscriber = try LatencySubscriber(
+            endpoint: broker.update, topics: ["presence/"], credentials: curve?.credentials)
         Thread.sleep(forTimeInterval: 0.3)
         log("latency: \(rate)/s for \(seconds) s")
         let total = Int(Double(rate) * seconds)
@@ -157,7 +159,9 @@ public struct PresenceBenchmarks {
         defer { broker.stop() }
         Thread.sleep(forTimeInterval: 0.5)
         let idle = broker.residentBytes()
-        let pipelines = try (0..<4).map { _ in try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials) }
+        let pipelines = try (0..<4).map { _ in
+            try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
+        }
         var bodies: [[UInt8]] = []
         for (index, pipeline) in pipelines.enumerated() {
             let users = stride(from: index, to: count, by: pipelines.count).map { "s\($0)" }

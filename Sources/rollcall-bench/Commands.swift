@@ -114,7 +114,9 @@ struct AllBench: AsyncParsableCommand {
                 for (without, with) in pairs {
                     for figure in ["p50_ms", "p99_ms", "per_second", "broker_cpu_percent"] {
                         guard let a = without.figures[figure], let b = with.figures[figure], a > 0 else { continue }
-                        emit("CURVE/none \(without.id) \(figure): " + String(format: "%.2fx (%.3f -> %.3f)", b / a, a, b))
+                        emit(
+                            "CURVE/none \(without.id) \(figure): " + String(format: "%.2fx (%.3f -> %.3f)", b / a, a, b)
+                        )
                     }
                 }
             }
