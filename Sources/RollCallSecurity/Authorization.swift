@@ -22,7 +22,7 @@ public enum Access: Equatable, Sendable {
     }
 }
 
-/// Who may do what (docs/protocol.md §12): one table for every transport, so that a CURVE key and a WebSocket token
+/// Who may do what (docs/protocol.md §16.2, §16.3): one table for every transport, so that a CURVE key and a WebSocket token
 /// with the same role are allowed the same requests and subscriptions.
 ///
 /// | request | `user U` | `operator` | `reader` |
