@@ -228,7 +228,8 @@ public final class Broker: Service, Sendable {
     public func lookUp(_ user: UserID, timeout: Duration = .seconds(2)) async -> UserView? {
         await ask(timeout: timeout) { loop in
             let now = loop.clock.now()
-            return UserView(record: loop.core.record(of: user, now: now), groups: loop.core.groups(of: user))
+            // The operator's view: the truth about an invisible user (docs/security.md).
+            return UserView(record: loop.core.trueRecord(of: user, now: now), groups: loop.core.groups(of: user))
         }
     }
 
