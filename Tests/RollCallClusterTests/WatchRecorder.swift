@@ -1,0 +1,46 @@
+import Foundation
+import RollCallCluster
+import RollCallTestSupport
+import Synchronization
+
+/// Collects what a watch reports, for tests to wait on with a deadline.
+final class WatchRecorder: Sendable {
+    private let updates = Mutex<[EtcdWatch.Update]>([])
+
+    func record(_ update: EtcdWatch.Update) { updates.withLock { $0.append(update) } }
+
+    var all: [EtcdWatch.Update] { updates.withLock { $0 } }
+
+    /// Every event delivered so far, in order.
+    var events: [EtcdEvent] {
+        all.flatMap { update -> [EtcdEvent] in
+            if case .events(let events) = update { return events }
+            return []
+        }
+    }
+
+    /// Waits until `condition` holds of the updates so far; throws after `timeout`.
+    func wait(
+        for what: String, timeout: Duration = .seconds(10), _ condition: ([EtcdWatch.Update]) -> Bool
+    ) throws {
+        let deadline = ContinuousClock.now + timeout
+        while !condition(all) {
+            guard ContinuousClock.now < deadline else {
+                throw ClusterTestFailure("no \(what) within \(timeout); updates: \(all)")
+            }
+            Thread.sleep(forTimeInterval: 0.002)
+        }
+    }
+}
+
+struct ClusterTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension EtcdCluster {
+    /// A client of every member, with `timeout` per attempt.
+    func client(timeout: Duration = .seconds(1)) -> EtcdClient {
+        EtcdClient(endpoints: EtcdEndpoint.list(clusterURL)!, requestTimeout: timeout)
+    }
+}
