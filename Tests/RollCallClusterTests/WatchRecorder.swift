@@ -2,6 +2,7 @@ import Foundation
 import RollCallCluster
 import RollCallTestSupport
 import Synchronization
+import Testing
 
 /// Collects what a watch reports, for tests to wait on with a deadline.
 final class WatchRecorder: Sendable {
@@ -32,6 +33,12 @@ final class WatchRecorder: Sendable {
         }
     }
 }
+
+/// Every test that starts etcd, one at a time: each starts three etcd members and blocks its thread while it waits
+/// on them, and Swift Testing runs synchronous tests on the few threads shared with every async test (two on a
+/// two-core machine), so a dozen of them at once would starve the rest of the suite (seen: a waker test's 50 ms task
+/// delayed past 5 s).
+@Suite(.serialized) enum EtcdBacked {}
 
 struct ClusterTestFailure: Error, CustomStringConvertible {
     let description: String
