@@ -90,6 +90,13 @@ public enum EtcdOperation: Sendable, Equatable {
     case put(key: String, value: String, lease: Int64)
     /// Deletes `key`, or every key under it when `prefix`.
     case delete(key: String, prefix: Bool)
+
+    /// The key the operation writes (the first, for a prefix delete).
+    public var key: String {
+        switch self {
+        case .put(let key, _, _), .delete(let key, _): key
+        }
+    }
 }
 
 /// What a transaction did: whether its conditions held (so the success branch ran), and the revision after it.

@@ -195,11 +195,18 @@ public final class ClusterNode: Sendable {
                     }
                     return
                 }
-                for (index, write) in writes.enumerated() where !perform(write) {
-                    // etcd cannot answer now: keep this write and the later ones, in order, for the next turn.
-                    let rest = writes[index...]
-                    node.shared.withLock { $0.writes.insert(contentsOf: rest, at: 0) }
-                    break
+                var next = writes.startIndex
+                while next < writes.endIndex {
+                    let batch = nextBatch(writes[next...])
+                    guard perform(batch) else {
+                        // etcd cannot answer now: keep this batch and the later writes, in order, for the next turn.
+                        let rest = writes[next...]
+                        node.shared.withLock { $0.writes.insert(contentsOf: rest, at: 0) }
+                        break
+                    }
+                    next += batch.count
+                    // A long queue must not hold up the lease's renewal: it is due whatever is queued.
+                    perform(membership.handle(.tick(nowMs: nowMs)))
                 }
                 perform(membership.handle(.tick(nowMs: nowMs)))
             }
@@ -322,31 +329,62 @@ public final class ClusterNode: Sendable {
 
         // MARK: Writes
 
-        /// Sends one write; returns `false` when etcd could not answer and the write should be tried again.
-        mutating func perform(_ write: Write) -> Bool {
+        /// The most operations etcd takes in one transaction (its `--max-txn-ops` default).
+        static let maxOperations = 128
+
+        /// The longest run of writes at the head of `writes` that fits one transaction: at most
+        /// ``maxOperations`` operations, and no key twice (etcd refuses a transaction that names a key twice).
+        func nextBatch(_ writes: ArraySlice<Write>) -> ArraySlice<Write> {
+            var keys: Set<String> = []
+            var operations = 0
+            var end = writes.startIndex
+            while end < writes.endIndex {
+                let these = self.operations(for: writes[end]).map(\.key)
+                guard
+                    end == writes.startIndex
+                        || (operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these))
+                else { break }
+                keys.formUnion(these)
+                operations += these.count
+                end += 1
+            }
+            return writes[writes.startIndex..<end]
+        }
+
+        /// What one write changes in etcd.
+        func operations(for write: Write) -> [EtcdOperation] {
             let incarnation = ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)
-            var operations: [EtcdOperation] = []
             switch write {
             case .putSession(let id, let value, let user):
-                localSessions[id] = value
                 let session = ClusterKeys.SessionKey(incarnation: incarnation, id: id)
-                operations.append(.put(key: keys.key(.session(session)), value: value, lease: lease))
-                if let user { operations.append(.put(key: keys.key(.user(user.id)), value: user.record, lease: 0)) }
+                return [.put(key: keys.key(.session(session)), value: value, lease: lease)]
+                    + (user.map { [.put(key: keys.key(.user($0.id)), value: $0.record, lease: 0)] } ?? [])
             case .endSession(let id, let user):
-                localSessions[id] = nil
                 let session = ClusterKeys.SessionKey(incarnation: incarnation, id: id)
-                operations.append(.delete(key: keys.key(.session(session)), prefix: false))
-                if let user { operations.append(.put(key: keys.key(.user(user.id)), value: user.record, lease: 0)) }
+                return [.delete(key: keys.key(.session(session)), prefix: false)]
+                    + (user.map { [.put(key: keys.key(.user($0.id)), value: $0.record, lease: 0)] } ?? [])
             case .putUser(let id, let record):
-                operations.append(.put(key: keys.key(.user(id)), value: record, lease: 0))
+                return [.put(key: keys.key(.user(id)), value: record, lease: 0)]
             case .putGroup(let id, let definition):
-                operations.append(.put(key: keys.key(.group(id)), value: definition, lease: 0))
+                return [.put(key: keys.key(.group(id)), value: definition, lease: 0)]
             case .deleteGroup(let id):
-                operations.append(.delete(key: keys.key(.group(id)), prefix: false))
+                return [.delete(key: keys.key(.group(id)), prefix: false)]
+            }
+        }
+
+        /// Sends a batch of writes as one transaction; returns `false` when etcd could not answer and the batch
+        /// should be tried again.
+        mutating func perform(_ batch: ArraySlice<Write>) -> Bool {
+            for write in batch {
+                switch write {
+                case .putSession(let id, let value, _): localSessions[id] = value
+                case .endSession(let id, _): localSessions[id] = nil
+                default: break
+                }
             }
             let sent = nowMs
             do {
-                let result = try client.txn(compare: [], success: operations)
+                let result = try client.txn(compare: [], success: batch.flatMap { operations(for: $0) })
                 perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
                 return true
             } catch let error as EtcdError where error.isUnavailable {
@@ -354,7 +392,7 @@ public final class ClusterNode: Sendable {
                 return false
             } catch {
                 // Refused for good (a lease etcd no longer has: the node joins again and writes its sessions anew).
-                node.notify(.writeFailed(write, "\(error)"))
+                for write in batch { node.notify(.writeFailed(write, "\(error)")) }
                 return true
             }
         }
