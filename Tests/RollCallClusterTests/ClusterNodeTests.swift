@@ -115,6 +115,11 @@ extension EtcdBacked {
                     }
                 }
             }
+            // One seq base for all, written by the first to join: the time it joined, in ms × 1000.
+            let base = try #require(nodes[0].node.seqBase)
+            #expect(nodes.allSatisfy { $0.node.seqBase == base })
+            let now = UInt64(Date().timeIntervalSince1970 * 1_000) * 1_000
+            #expect(base <= now && base > now - 60_000_000)
             let first = history(nodes[0].recorder)
             #expect(first.count == 10 + 10 + 2 + 1)
             #expect(history(nodes[1].recorder) == first)

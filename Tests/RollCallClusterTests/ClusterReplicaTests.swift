@@ -19,7 +19,8 @@ import Testing
     @Test func keyLayout() {
         let session = ClusterKeys.SessionKey(incarnation: a, id: "42")
         #expect(keys.key(.session(session)) == "/rollcall/v1/sessions/a/10/42")
-        for entry: ClusterKeys.Entry in [.node(a), .session(session), .user("ann"), .group("team")] {
+        #expect(keys.key(.cluster) == "/rollcall/v1/cluster")
+        for entry: ClusterKeys.Entry in [.node(a), .session(session), .user("ann"), .group("team"), .cluster] {
             #expect(keys.entry(keys.key(entry)) == entry)
         }
         let negative = ClusterKeys.Incarnation(node: "n-1.x", lease: -5)
@@ -115,5 +116,20 @@ import Testing
             + pieces.apply(Array(history[3...]))
         #expect(all == split)
         #expect(whole == pieces)
+    }
+
+    /// The seq of a change is the cluster's base plus its revision, the same on every copy; the base comes from a
+    /// snapshot or the watch, and a later value never moves it.
+    @Test func seqFromTheBaseAndTheRevision() {
+        var fromWatch = ClusterReplica()
+        #expect(fromWatch.seq(at: 5) == nil)
+        _ = fromWatch.apply([put(.cluster, "1795235829510000", at: 2)])
+        #expect(fromWatch.seq(at: 5) == 1_795_235_829_510_005)
+        _ = fromWatch.apply([put(.cluster, "1000", at: 3)])
+        #expect(fromWatch.seqBase == 1_795_235_829_510_000)
+        var fromSnapshot = ClusterReplica()
+        _ = fromSnapshot.load(
+            snapshot: [EtcdKeyValue(key: keys.key(.cluster), value: "1795235829510000")], revision: 9)
+        #expect(fromSnapshot.seq(at: 10) == fromWatch.seq(at: 10))
     }
 }

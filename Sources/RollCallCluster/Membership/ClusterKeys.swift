@@ -6,6 +6,7 @@
 /// | `sessions/<node>/<incarnation>/<session>` | the session (user, status, …) | the node's |
 /// | `users/<user>` | the user's last record | none |
 /// | `groups/<group>` | the group's definition | none |
+/// | `cluster` | the cluster's `seq` base: a decimal number, written once, by the first node to join | none |
 ///
 /// An incarnation is one run of a node: its lease id in hexadecimal. A node that restarts under the same name is a
 /// new incarnation, so that the sessions of its previous run end as that run's lease ends, and never mix with its
@@ -49,6 +50,8 @@ public struct ClusterKeys: Sendable, Equatable {
         case session(SessionKey)
         case user(String)
         case group(String)
+        /// The cluster's own settings, written once.
+        case cluster
     }
 
     public func key(_ entry: Entry) -> String {
@@ -57,6 +60,7 @@ public struct ClusterKeys: Sendable, Equatable {
         case .session(let session): prefix + "sessions/\(session)"
         case .user(let user): prefix + "users/\(user)"
         case .group(let group): prefix + "groups/\(group)"
+        case .cluster: prefix + "cluster"
         }
     }
 
@@ -74,6 +78,8 @@ public struct ClusterKeys: Sendable, Equatable {
             return .user(String(parts[1]))
         case ("groups", 2) where !parts[1].isEmpty:
             return .group(String(parts[1]))
+        case ("cluster", 1):
+            return .cluster
         default:
             return nil
         }

@@ -44,6 +44,15 @@ public struct ClusterReplica: Sendable, Equatable {
     public private(set) var groups: [String: String] = [:]
     /// The revision the copy is at: everything up to it has been applied.
     public private(set) var revision: Int64 = 0
+    /// The cluster's `seq` base (the `cluster` key), once a node has written it.
+    public private(set) var seqBase: UInt64?
+
+    /// The `seq` of a change at `revision`: the same on every node, growing with the revision, and above every
+    /// `seq` a single-node broker issued before the cluster was made (the base is the time the first node joined,
+    /// in milliseconds × 1000, the single-node broker's own rule). `nil` until the base is known.
+    public func seq(at revision: Int64) -> UInt64? {
+        seqBase.map { $0 + UInt64(max(0, revision)) }
+    }
 
     public init(keys: ClusterKeys = ClusterKeys()) { self.keys = keys }
 
@@ -78,6 +87,7 @@ public struct ClusterReplica: Sendable, Equatable {
             case .session(let session): fresh.sessions[session] = kv.value
             case .user(let user): fresh.users[user] = kv.value
             case .group(let group): fresh.groups[group] = kv.value
+            case .cluster: fresh.seqBase = UInt64(kv.value)
             case nil: continue
             }
         }
@@ -153,6 +163,11 @@ public struct ClusterReplica: Sendable, Equatable {
                 changes.append(.groupPut(group, value: event.kv.value, revision: revision))
             case (.group(let group), .delete):
                 if groups.removeValue(forKey: group) != nil { changes.append(.groupDeleted(group, revision: revision)) }
+            case (.cluster, .put):
+                // Written once; a later value (an operator's mistake) must not move seqs back.
+                if seqBase == nil { seqBase = UInt64(event.kv.value) }
+            case (.cluster, .delete):
+                continue
             case (nil, _):
                 continue
             }

@@ -63,6 +63,7 @@ public final class ClusterNode: Sendable {
         var abandoning = false
         var state: NodeMembership.State = .joining(attempt: 0)
         var servingUntilMs: Int64?
+        var seqBase: UInt64?
         var incarnation: ClusterKeys.Incarnation?
     }
 
@@ -109,6 +110,9 @@ public final class ClusterNode: Sendable {
         let elapsed = ContinuousClock.now - origin
         return elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000
     }
+
+    /// The cluster's `seq` base, once the node has joined (see ``ClusterReplica/seq(at:)``).
+    public var seqBase: UInt64? { shared.withLock { $0.seqBase } }
 
     /// The node's current incarnation, once it has joined.
     public var incarnation: ClusterKeys.Incarnation? { shared.withLock { $0.incarnation } }
@@ -274,7 +278,8 @@ public final class ClusterNode: Sendable {
             }
         }
 
-        /// Writes the incarnation's key and the node's live sessions under `lease`, in one transaction.
+        /// Writes the incarnation's key and the node's live sessions under `lease`, in one transaction, with the
+        /// cluster's seq base if no node wrote it before.
         mutating func register(lease: Int64) throws {
             let incarnation = ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)
             var operations: [EtcdOperation] = [
@@ -284,7 +289,12 @@ public final class ClusterNode: Sendable {
                 let session = ClusterKeys.SessionKey(incarnation: incarnation, id: id)
                 operations.append(.put(key: keys.key(.session(session)), value: value, lease: lease))
             }
-            _ = try client.txn(compare: [], success: operations)
+            // The first node to join writes the cluster's seq base; the others leave it as it is.
+            let base = String(UInt64(max(0, Date().timeIntervalSince1970 * 1_000)) * 1_000)
+            let cluster = keys.key(.cluster)
+            _ = try client.txn(
+                compare: [.absent(cluster)], success: operations + [.put(key: cluster, value: base, lease: 0)],
+                failure: operations)
             self.lease = lease
             node.shared.withLock { $0.incarnation = incarnation }
         }
@@ -295,6 +305,8 @@ public final class ClusterNode: Sendable {
             watch = nil
             let snapshot = try client.snapshot(prefix: keys.prefix)
             let changes = replica.load(snapshot: snapshot.kvs, revision: snapshot.revision)
+            let base = replica.seqBase
+            node.shared.withLock { $0.seqBase = base }
             if !changes.isEmpty { node.notify(.changes(changes)) }
             let target = node
             watch = client.watch(prefix: keys.prefix, from: snapshot.revision + 1) { update in
