@@ -32,7 +32,7 @@ final class NodeRecorder: Sendable {
     @discardableResult
     func wait(
         for what: String, timeout: Duration = .seconds(10), _ predicate: (ClusterReplica.Change) -> Bool
-    ) throws -> ContinuousClock.Instant {
+    ) async throws -> ContinuousClock.Instant {
         let deadline = ContinuousClock.now + timeout
         while true {
             if let found = changes.first(where: { predicate($0.change) }) { return found.at }
@@ -41,20 +41,20 @@ final class NodeRecorder: Sendable {
                 throw ClusterTestFailure(
                     "no \(what) within \(timeout); \(all.count) changes, the last: \(all.suffix(5))")
             }
-            Thread.sleep(forTimeInterval: 0.001)
+            try await Task.sleep(for: .milliseconds(1))
         }
     }
 
     /// Waits until the node reports `state`.
     func wait(forState what: String, timeout: Duration = .seconds(10), _ predicate: (NodeMembership.State) -> Bool)
-        throws
+        async throws
     {
         let deadline = ContinuousClock.now + timeout
         while !states.contains(where: predicate) {
             guard ContinuousClock.now < deadline else {
                 throw ClusterTestFailure("no state \(what) within \(timeout); states: \(states)")
             }
-            Thread.sleep(forTimeInterval: 0.001)
+            try await Task.sleep(for: .milliseconds(1))
         }
     }
 }
@@ -67,7 +67,7 @@ extension EtcdBacked {
             let recorder: NodeRecorder
         }
 
-        func startNodes(_ names: [String], on cluster: EtcdCluster, leaseMs: Int64 = 3_000) throws -> [Running] {
+        func startNodes(_ names: [String], on cluster: EtcdCluster, leaseMs: Int64 = 3_000) async throws -> [Running] {
             let nodes = names.map { name in
                 let recorder = NodeRecorder()
                 let node = ClusterNode(
@@ -78,7 +78,7 @@ extension EtcdBacked {
                 node.start()
                 return Running(node: node, recorder: recorder)
             }
-            for running in nodes { try running.recorder.wait(forState: "live") { $0.isLive } }
+            for running in nodes { try await running.recorder.wait(forState: "live") { $0.isLive } }
             return nodes
         }
 
@@ -89,10 +89,10 @@ extension EtcdBacked {
 
         /// A session written by one node reaches every node, and every node sees the same session and user changes at
         /// the same revisions.
-        @Test func changesReachEveryNodeInTheSameOrder() throws {
-            let cluster = try EtcdCluster()
+        @Test func changesReachEveryNodeInTheSameOrder() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b", "c"], on: cluster)
+            let nodes = try await startNodes(["a", "b", "c"], on: cluster)
             defer { nodes.forEach { $0.node.stop() } }
             for index in 0..<10 {
                 let writer = nodes[index % 3].node
@@ -101,8 +101,8 @@ extension EtcdBacked {
             nodes[0].node.write(.endSession(id: "s0", user: ("user0", "offline")))
             nodes[1].node.write(.putGroup(id: "g", definition: "[user1,user2]"))
             for running in nodes {
-                try running.recorder.wait(for: "the group") { if case .groupPut = $0 { true } else { false } }
-                try running.recorder.wait(for: "s0 ended") {
+                try await running.recorder.wait(for: "the group") { if case .groupPut = $0 { true } else { false } }
+                try await running.recorder.wait(for: "s0 ended") {
                     if case .sessionEnded(let key, .ended, _) = $0 { key.id == "s0" } else { false }
                 }
             }
@@ -121,7 +121,9 @@ extension EtcdBacked {
             let now = UInt64(Date().timeIntervalSince1970 * 1_000) * 1_000
             #expect(base <= now && base > now - 60_000_000)
             let first = history(nodes[0].recorder)
-            #expect(first.count == 10 + 10 + 2 + 1)
+            // 10 sessions and 10 user records, s0's end and its user record, the group.
+            let expected = 23
+            #expect(first.count == expected)
             #expect(history(nodes[1].recorder) == first)
             #expect(history(nodes[2].recorder) == first)
             print(
@@ -131,19 +133,19 @@ extension EtcdBacked {
 
         /// A node that dies (stops renewing its lease) loses its sessions on every other node within the lease plus
         /// one second, as lost with their node.
-        @Test func aDeadNodesSessionsEndEverywhere() throws {
-            let cluster = try EtcdCluster()
+        @Test func aDeadNodesSessionsEndEverywhere() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b", "c"], on: cluster, leaseMs: 2_000)
+            let nodes = try await startNodes(["a", "b", "c"], on: cluster, leaseMs: 2_000)
             defer { nodes.forEach { $0.node.stop() } }
             nodes[0].node.write(.putSession(id: "s1", value: "ann", user: nil))
             nodes[0].node.write(.putSession(id: "s2", value: "bob", user: nil))
-            for running in nodes.dropFirst() { try running.recorder.wait(for: "s2") { isSession("s2", $0) } }
+            for running in nodes.dropFirst() { try await running.recorder.wait(for: "s2") { isSession("s2", $0) } }
             nodes[0].node.abandon()
             let died = ContinuousClock.now
             for running in nodes.dropFirst() {
                 for id in ["s1", "s2"] {
-                    let ended = try running.recorder.wait(for: "\(id) lost") {
+                    let ended = try await running.recorder.wait(for: "\(id) lost") {
                         if case .sessionEnded(let key, .nodeLost, _) = $0 { key.id == id } else { false }
                     }
                     let elapsed = ended - died
@@ -155,18 +157,18 @@ extension EtcdBacked {
 
         /// A node that restarts under the same name ends its previous run's sessions at once (it revokes the old
         /// lease), rather than when the old lease runs out.
-        @Test func aRestartedNodeEndsItsOldSessionsAtOnce() throws {
-            let cluster = try EtcdCluster()
+        @Test func aRestartedNodeEndsItsOldSessionsAtOnce() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b"], on: cluster, leaseMs: 30_000)
+            let nodes = try await startNodes(["a", "b"], on: cluster, leaseMs: 30_000)
             defer { nodes.forEach { $0.node.stop() } }
             nodes[0].node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
+            try await nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
             nodes[0].node.abandon()
-            let restarted = try startNodes(["a"], on: cluster, leaseMs: 30_000)
+            let restarted = try await startNodes(["a"], on: cluster, leaseMs: 30_000)
             defer { restarted.forEach { $0.node.stop() } }
             let start = ContinuousClock.now
-            let ended = try nodes[1].recorder.wait(for: "s1 lost", timeout: .seconds(5)) {
+            let ended = try await nodes[1].recorder.wait(for: "s1 lost", timeout: .seconds(5)) {
                 if case .sessionEnded(let key, .nodeLost, _) = $0 { key.id == "s1" } else { false }
             }
             print("restarted node ended its old run's session \(ended - start) after it went live (lease 30 s)")
@@ -175,38 +177,38 @@ extension EtcdBacked {
 
         /// A node whose lease was lost (as when it expired while the node was cut off) says so, joins again with a new
         /// lease, and writes its live sessions again, so that they are back everywhere.
-        @Test func rejoinsWithANewLeaseAndItsSessions() throws {
-            let cluster = try EtcdCluster()
+        @Test func rejoinsWithANewLeaseAndItsSessions() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b"], on: cluster, leaseMs: 3_000)
+            let nodes = try await startNodes(["a", "b"], on: cluster, leaseMs: 3_000)
             defer { nodes.forEach { $0.node.stop() } }
             nodes[0].node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
+            try await nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
             let old = try #require(nodes[0].node.incarnation)
             try cluster.client().revoke(lease: old.lease)
             let revoked = ContinuousClock.now
-            try nodes[1].recorder.wait(for: "s1 lost") {
+            try await nodes[1].recorder.wait(for: "s1 lost") {
                 if case .sessionEnded(let key, .nodeLost, _) = $0 { key.id == "s1" } else { false }
             }
-            try nodes[0].recorder.wait(forState: "joining") { $0 == .joining(attempt: 0) }
-            let back = try nodes[1].recorder.wait(for: "s1 under a new lease") {
+            try await nodes[0].recorder.wait(forState: "joining") { $0 == .joining(attempt: 0) }
+            let back = try await nodes[1].recorder.wait(for: "s1 under a new lease") {
                 if case .sessionPut(let key, _, _) = $0 { key.id == "s1" && key.incarnation != old } else { false }
             }
             print("lease revoked under a live node: its session back everywhere \(back - revoked) later")
             #expect(back - revoked < .milliseconds(3_000))
-            try nodes[0].recorder.wait(forState: "live again") { _ in nodes[0].node.state.isLive }
+            try await nodes[0].recorder.wait(forState: "live again") { _ in nodes[0].node.state.isLive }
             #expect(nodes[0].node.incarnation != old)
         }
 
         /// With every etcd member stopped for less than the lease, the node says it is cut off, then live again with
         /// the same lease, and its sessions never end.
-        @Test func cutOffAndBack() throws {
-            let cluster = try EtcdCluster()
+        @Test func cutOffAndBack() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b"], on: cluster, leaseMs: 6_000)
+            let nodes = try await startNodes(["a", "b"], on: cluster, leaseMs: 6_000)
             defer { nodes.forEach { $0.node.stop() } }
             nodes[0].node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
+            try await nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
             let lease = try #require(nodes[0].node.incarnation).lease
             for member in cluster.members.indices { cluster.pause(member) }
             let paused = ContinuousClock.now
@@ -214,7 +216,7 @@ extension EtcdBacked {
                 defer { for member in cluster.members.indices { cluster.resume(member) } }
                 let deadline = paused + .seconds(8)
                 while nodes[0].node.acceptsSessions, ContinuousClock.now < deadline {
-                    Thread.sleep(forTimeInterval: 0.001)
+                    try await Task.sleep(for: .milliseconds(1))
                 }
                 let refused = ContinuousClock.now - paused
                 // Two thirds of the lease (4 s), counted from the last answered call, sent before the stop; the
@@ -222,39 +224,39 @@ extension EtcdBacked {
                 // Decided by the worker alone, it came after 5.03 s (a keep-alive and a probe waiting on 3 members).
                 print("etcd stopped: node refuses sessions after \(refused) (lease 6 s, two thirds of it: 4 s)")
                 #expect(refused < .milliseconds(5_000))
-                try nodes[0].recorder.wait(forState: "cut off", timeout: .seconds(8)) {
+                try await nodes[0].recorder.wait(forState: "cut off", timeout: .seconds(8)) {
                     if case .cutOff = $0 { true } else { false }
                 }
                 print("etcd stopped: node reports cut off after \(ContinuousClock.now - paused)")
                 #expect(nodes[0].node.state.isLive == false)
             }
-            try nodes[0].recorder.wait(forState: "live again", timeout: .seconds(10)) { _ in
+            try await nodes[0].recorder.wait(forState: "live again", timeout: .seconds(10)) { _ in
                 nodes[0].node.state == .live(lease: lease)
             }
             print("etcd back: node live again with the same lease \(ContinuousClock.now - paused) after the stop")
             // A later write still reaches the other node, and nothing ended.
             nodes[0].node.write(.putSession(id: "s2", value: "bob", user: nil))
-            try nodes[1].recorder.wait(for: "s2") { isSession("s2", $0) }
+            try await nodes[1].recorder.wait(for: "s2") { isSession("s2", $0) }
             #expect(!nodes[1].recorder.changes.contains { if case .sessionEnded = $0.change { true } else { false } })
         }
 
         /// With etcd's leader killed, changes keep flowing after the election and no session ends.
-        @Test func etcdLeaderLoss() throws {
-            let cluster = try EtcdCluster()
+        @Test func etcdLeaderLoss() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b"], on: cluster, leaseMs: 5_000)
+            let nodes = try await startNodes(["a", "b"], on: cluster, leaseMs: 5_000)
             defer { nodes.forEach { $0.node.stop() } }
             nodes[0].node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
+            try await nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
             let leader = try #require(cluster.leader())
             cluster.kill(leader)
             let killed = ContinuousClock.now
             nodes[0].node.write(.putSession(id: "s2", value: "bob", user: nil))
-            let seen = try nodes[1].recorder.wait(for: "s2 after the election") { isSession("s2", $0) }
+            let seen = try await nodes[1].recorder.wait(for: "s2 after the election") { isSession("s2", $0) }
             print("etcd leader killed: a change crossed nodes \(seen - killed) later")
             #expect(seen - killed < .seconds(5))
             // A second later, nobody is lost and every node is still live.
-            Thread.sleep(forTimeInterval: 1)
+            try await Task.sleep(for: .seconds(1))
             #expect(nodes.allSatisfy { $0.node.state.isLive })
             #expect(!nodes[1].recorder.changes.contains { if case .sessionEnded = $0.change { true } else { false } })
         }
@@ -263,17 +265,17 @@ extension EtcdBacked {
         /// on another, and the writer keeps its lease meanwhile; prints the changes per second and the cross-node
         /// latency of single changes (figures, not asserted beyond generous bounds). Sent one transaction per
         /// change with the renewal waiting for the queue, 3,000 changes cost the writer its lease (5 s) after 2,100.
-        @Test func burstArrivesWholeAndInOrder() throws {
-            let cluster = try EtcdCluster()
+        @Test func burstArrivesWholeAndInOrder() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b"], on: cluster, leaseMs: 2_000)
+            let nodes = try await startNodes(["a", "b"], on: cluster, leaseMs: 2_000)
             defer { nodes.forEach { $0.node.stop() } }
             // Cross-node latency: one change at a time, written on a, seen on b.
             var latencies: [Duration] = []
             for index in 0..<100 {
                 let start = ContinuousClock.now
                 nodes[0].node.write(.putSession(id: "l\(index)", value: "u", user: nil))
-                let seen = try nodes[1].recorder.wait(for: "l\(index)") { isSession("l\(index)", $0) }
+                let seen = try await nodes[1].recorder.wait(for: "l\(index)") { isSession("l\(index)", $0) }
                 latencies.append(seen - start)
             }
             latencies.sort()
@@ -283,7 +285,7 @@ extension EtcdBacked {
             let start = ContinuousClock.now
             for index in 0..<count { nodes[0].node.write(.putSession(id: "b\(index)", value: "u\(index)", user: nil)) }
             let last = "b\(count - 1)"
-            let done = try nodes[1].recorder.wait(for: last, timeout: .seconds(60)) { isSession(last, $0) }
+            let done = try await nodes[1].recorder.wait(for: last, timeout: .seconds(60)) { isSession(last, $0) }
             let seconds =
                 Double((done - start).components.attoseconds) / 1e18 + Double((done - start).components.seconds)
             let burst = nodes[1].recorder.changes.compactMap { entry -> String? in
@@ -301,13 +303,13 @@ extension EtcdBacked {
         /// A node whose watch member falls silent (SIGSTOP) notices that its own writes do not come back, starts the
         /// watch again on another member, finds the history it missed compacted, and catches up from a fresh
         /// snapshot: what changed meanwhile arrives, deletions included.
-        @Test func silentWatchThenCompactionResyncs() throws {
-            let cluster = try EtcdCluster()
+        @Test func silentWatchThenCompactionResyncs() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let nodes = try startNodes(["a", "b"], on: cluster, leaseMs: 3_000)
+            let nodes = try await startNodes(["a", "b"], on: cluster, leaseMs: 3_000)
             defer { nodes.forEach { $0.node.stop() } }
             nodes[0].node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
+            try await nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
             let s1 = try #require(
                 nodes[1].recorder.changes.compactMap { entry -> ClusterKeys.SessionKey? in
                     if case .sessionPut(let key, _, _) = entry.change, key.id == "s1" { return key }
@@ -326,10 +328,10 @@ extension EtcdBacked {
             let last = try others.delete(keys.key(.session(s1)))
             try others.compact(revision: last)
             let compacted = ContinuousClock.now - paused
-            let seen = try nodes[1].recorder.wait(for: "zed, from a snapshot", timeout: .seconds(15)) {
+            let seen = try await nodes[1].recorder.wait(for: "zed, from a snapshot", timeout: .seconds(15)) {
                 if case .userPut("zed", _, let revision) = $0 { revision >= last } else { false }
             }
-            try nodes[1].recorder.wait(for: "s1 ended, from the snapshot") {
+            try await nodes[1].recorder.wait(for: "s1 ended, from the snapshot") {
                 if case .sessionEnded(let key, .ended, _) = $0 { key == s1 } else { false }
             }
             print(

@@ -7,8 +7,8 @@ extension EtcdBacked {
     /// The etcd client against a real three-member etcd cluster on loopback.
     @Suite struct EtcdClientTests {
         /// A put is read back at its revision, a delete removes the key, and a prefix read returns only that prefix.
-        @Test func putRangeDelete() throws {
-            let cluster = try EtcdCluster()
+        @Test func putRangeDelete() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             let first = try client.put("/t/a", "{\"x\":1}")
@@ -26,8 +26,8 @@ extension EtcdBacked {
         }
 
         /// A snapshot read in pages returns every key under the prefix, all at the revision of its first page.
-        @Test func snapshotInPages() throws {
-            let cluster = try EtcdCluster()
+        @Test func snapshotInPages() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             for index in 0..<7 { try client.put("/p/\(index)", "v\(index)") }
@@ -38,8 +38,8 @@ extension EtcdBacked {
         }
 
         /// A transaction runs its success branch when its conditions hold and its failure branch when they do not.
-        @Test func transactions() throws {
-            let cluster = try EtcdCluster()
+        @Test func transactions() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             let created = try client.txn(
@@ -58,8 +58,8 @@ extension EtcdBacked {
 
         /// A key under a lease lives while the lease is kept alive, goes at once on revoke, and a revoked lease can
         /// no longer be kept alive nor written under.
-        @Test func leases() throws {
-            let cluster = try EtcdCluster()
+        @Test func leases() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             let lease = try client.grant(ttlSeconds: 2)
@@ -75,8 +75,8 @@ extension EtcdBacked {
 
         /// A lease that is no longer kept alive expires within its TTL plus one second, and its keys' deletions reach a
         /// watch.
-        @Test func leaseExpiryReachesAWatch() throws {
-            let cluster = try EtcdCluster()
+        @Test func leaseExpiryReachesAWatch() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             let lease = try client.grant(ttlSeconds: 2)
@@ -86,7 +86,7 @@ extension EtcdBacked {
             defer { watch.cancel() }
             try client.keepAlive(lease: lease.id)
             let lastKeepAlive = ContinuousClock.now
-            try recorder.wait(for: "the lease's key deleted", timeout: .seconds(10)) { _ in
+            try await recorder.wait(for: "the lease's key deleted", timeout: .seconds(10)) { _ in
                 recorder.events.contains { $0.kind == .delete && $0.kv.key == "/e/s" }
             }
             let elapsed = ContinuousClock.now - lastKeepAlive
@@ -96,8 +96,8 @@ extension EtcdBacked {
         }
 
         /// A watch from a revision delivers every later change once, in order, puts and deletes.
-        @Test func watchDeliversChangesInOrder() throws {
-            let cluster = try EtcdCluster()
+        @Test func watchDeliversChangesInOrder() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             let start = try client.put("/w/before", "0")
@@ -107,7 +107,7 @@ extension EtcdBacked {
             for index in 1...20 { try client.put("/w/k\(index % 3)", "\(index)") }
             try client.delete("/w/k1")
             try client.put("/other/k", "not watched")
-            try recorder.wait(for: "22 events") { _ in recorder.events.count >= 22 }
+            try await recorder.wait(for: "22 events") { _ in recorder.events.count >= 22 }
             let events = recorder.events
             #expect(events.count == 22)
             #expect(events.first?.kv.key == "/w/before")
@@ -118,25 +118,25 @@ extension EtcdBacked {
         }
 
         /// A watch whose member is killed goes on from another member with nothing lost and nothing twice.
-        @Test func watchSurvivesItsMembersDeath() throws {
-            let cluster = try EtcdCluster()
+        @Test func watchSurvivesItsMembersDeath() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             let recorder = WatchRecorder()
             let watch = client.watch(prefix: "/m/", from: 1, handler: recorder.record)
             defer { watch.cancel() }
-            try recorder.wait(for: "the watch set up") {
+            try await recorder.wait(for: "the watch set up") {
                 $0.contains { if case .connected = $0 { true } else { false } }
             }
             for index in 0..<10 { try client.put("/m/k", "\(index)") }
-            try recorder.wait(for: "10 events") { _ in recorder.events.count >= 10 }
+            try await recorder.wait(for: "10 events") { _ in recorder.events.count >= 10 }
             // The watch and the client both started on member 0.
             cluster.kill(0)
             let killed = ContinuousClock.now
             // Member 0 may have led: wait out the election, so that each put below is applied exactly once.
-            try cluster.waitUntilHealthy(timeout: .seconds(10))
+            try await offThread { try cluster.waitUntilHealthy(timeout: .seconds(10)) }
             for index in 10..<20 { try client.put("/m/k", "\(index)") }
-            try recorder.wait(for: "20 events") { _ in recorder.events.count >= 20 }
+            try await recorder.wait(for: "20 events") { _ in recorder.events.count >= 20 }
             print(
                 "watch moved to another member; 10 more events \(ContinuousClock.now - killed) after the kill (election included)"
             )
@@ -145,8 +145,8 @@ extension EtcdBacked {
         }
 
         /// A watch that starts before the compacted revision says so and stops, instead of skipping changes.
-        @Test func watchBehindCompactionSaysSo() throws {
-            let cluster = try EtcdCluster()
+        @Test func watchBehindCompactionSaysSo() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client()
             let first = try client.put("/c/k", "1")
@@ -156,14 +156,14 @@ extension EtcdBacked {
             let recorder = WatchRecorder()
             let watch = client.watch(prefix: "/c/", from: first, handler: recorder.record)
             defer { watch.cancel() }
-            try recorder.wait(for: "compaction reported") { $0.contains(.compacted(last)) }
+            try await recorder.wait(for: "compaction reported") { $0.contains(.compacted(last)) }
             #expect(recorder.events.isEmpty)
             #expect(throws: EtcdError.compacted(compactRevision: 0)) { try client.range("/c/k", revision: first) }
         }
 
         /// A member that stops answering (SIGSTOP) costs a call one attempt's timeout, then the next member answers.
-        @Test func callsMoveOnFromAStoppedMember() throws {
-            let cluster = try EtcdCluster()
+        @Test func callsMoveOnFromAStoppedMember() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client(timeout: .milliseconds(500))
             try client.put("/s/k", "before")
@@ -187,8 +187,8 @@ extension EtcdBacked {
         }
 
         /// With the leader killed, writes go on after the election, within a few seconds.
-        @Test func writesGoOnAfterTheLeaderDies() throws {
-            let cluster = try EtcdCluster()
+        @Test func writesGoOnAfterTheLeaderDies() async throws {
+            let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
             let client = cluster.client(timeout: .milliseconds(500))
             try client.put("/d/k", "0")
@@ -197,7 +197,8 @@ extension EtcdBacked {
             let killed = ContinuousClock.now
             var written = false
             while !written, ContinuousClock.now - killed < .seconds(10) {
-                written = (try? client.put("/d/k", "1")) != nil
+                // Each attempt may wait out the election on every member: off the shared threads.
+                written = try await offThread { (try? client.put("/d/k", "1")) != nil }
             }
             let elapsed = ContinuousClock.now - killed
             print("first write after the leader was killed: \(elapsed)")

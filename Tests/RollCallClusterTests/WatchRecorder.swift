@@ -23,21 +23,21 @@ final class WatchRecorder: Sendable {
     /// Waits until `condition` holds of the updates so far; throws after `timeout`.
     func wait(
         for what: String, timeout: Duration = .seconds(10), _ condition: ([EtcdWatch.Update]) -> Bool
-    ) throws {
+    ) async throws {
         let deadline = ContinuousClock.now + timeout
         while !condition(all) {
             guard ContinuousClock.now < deadline else {
                 throw ClusterTestFailure("no \(what) within \(timeout); updates: \(all)")
             }
-            Thread.sleep(forTimeInterval: 0.002)
+            try await Task.sleep(for: .milliseconds(2))
         }
     }
 }
 
-/// Every test that starts etcd, one at a time: each starts three etcd members and blocks its thread while it waits
-/// on them, and Swift Testing runs synchronous tests on the few threads shared with every async test (two on a
-/// two-core machine), so a dozen of them at once would starve the rest of the suite (seen: a waker test's 50 ms task
-/// delayed past 5 s).
+/// Every test that starts etcd, one at a time (each starts three etcd members). The tests are async and wait with
+/// `Task.sleep`, and what blocks for long (starting etcd, waiting out an election) runs on a thread of its own
+/// (``offThread(_:)``): Swift Testing runs tests on the few threads shared with every async test (two on a two-core
+/// machine), and blocking them starved the rest of the suite (seen: a waker test's 50 ms task delayed past 5 s).
 @Suite(.serialized) enum EtcdBacked {}
 
 struct ClusterTestFailure: Error, CustomStringConvertible {
@@ -45,7 +45,20 @@ struct ClusterTestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// Runs blocking work on a thread of its own and waits for it without holding one of Swift Concurrency's shared
+/// threads. No expectations inside: they belong to the test's own task.
+func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
 extension EtcdCluster {
+    /// A three-member cluster, started off the shared threads.
+    static func started() async throws -> EtcdCluster {
+        try await offThread { try EtcdCluster() }
+    }
+
     /// A client of every member, with `timeout` per attempt.
     func client(timeout: Duration = .seconds(1)) -> EtcdClient {
         EtcdClient(endpoints: EtcdEndpoint.list(clusterURL)!, requestTimeout: timeout)
