@@ -15,7 +15,7 @@ public struct CurveSetup: Sendable {
             "rollcall-bench-curve-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let server = try Curve.keyPair()
-        let client = try Curve.keyPair()
+        let client = try Curve.keyPairForKeyFiles()
         let secretFile = directory.appendingPathComponent("broker.key").path
         try CertificateFile.create(
             Certificate(publicKey: CurveKey(server.publicKey)!, secretKey: CurveKey(server.secretKey)!), at: secretFile)

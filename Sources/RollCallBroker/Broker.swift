@@ -18,6 +18,7 @@ public final class Broker: Service, Sendable {
     /// The broker's CURVE public key (40 Z85 characters), which clients need; `nil` without CURVE.
     public let publicKey: String?
     private let authorizedKeysPath: String?
+    private let authorizedKeyCount: Int?
 
     private let loop: Mutex<EventLoop?>
     private let context: Context
@@ -82,6 +83,10 @@ public final class Broker: Service, Sendable {
                 try socket.set(.zapDomain("rollcall"))
                 try socket.set(.curveServer(true))
                 try socket.set(.curveSecretKey(curve.secretKey))
+                // A peer without a key can still open connections; each is closed if its handshake has not
+                // finished within 5 s (libzmq's default is 30 s), so that such peers hold the connection limit
+                // for less long.
+                try socket.set(.handshakeInterval(milliseconds: BrokerConfiguration.curveHandshakeMilliseconds))
             }
             // Subscriptions are authorized one by one: the loop applies only those the key may make
             // (EventLoop+Subscriptions.swift).
@@ -91,6 +96,11 @@ public final class Broker: Service, Sendable {
         // starts before the bind, so that it sees every connection.
         epoch = Token.random(bits: 64)
         let monitor = try router.monitor([.accepted, .disconnected], name: "router-\(epoch)", context: context)
+        // With CURVE, the XPUB's disconnects too: a subscriber that leaves while its subscriptions wait to be read
+        // makes applying them unsafe in libzmq 4.3.4 (ManualSubscriptionGate.swift).
+        let xpubMonitor =
+            configuration.curve == nil
+            ? nil : try xpub.monitor([.handshakeSucceeded, .disconnected], name: "xpub-\(epoch)", context: context)
         do {
             try router.bind(configuration.commandEndpoint)
         } catch {
@@ -117,9 +127,11 @@ public final class Broker: Service, Sendable {
         }
         let eventLoop = try EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
-            monitor: monitor, zap: zap, store: store, logger: logger, wakeLoop: { [waker] in waker.wake() },
+            monitor: monitor, zap: zap, xpubMonitor: xpubMonitor, store: store, logger: logger,
+            wakeLoop: { [waker] in waker.wake() },
             mailbox: mailbox, heartbeat: loopHeartbeat)
         authorizedKeysPath = configuration.curve?.authorizedKeysPath
+        authorizedKeyCount = configuration.curve?.authorizedKeys.roles.count
         self.loop = Mutex(eventLoop)
     }
 
@@ -141,6 +153,7 @@ public final class Broker: Service, Sendable {
             metadata: [
                 "command": "\(commandEndpoint)", "update": "\(updateEndpoint)", "epoch": "\(epoch)",
                 "mechanism": "\(publicKey == nil ? "NULL" : "CURVE")", "public_key": "\(publicKey ?? "-")",
+                "authorized_keys": "\(authorizedKeyCount.map(String.init) ?? "-")",
             ])
         defer {
             waker.close()
@@ -198,6 +211,10 @@ public final class Broker: Service, Sendable {
         switch AuthorizedKeys.load(path: path) {
         case .success(let keys):
             mailbox.post { loop in loop.replace(authorizedKeys: keys) }
+            if keys.roles.isEmpty {
+                logger.warning(
+                    "SIGHUP: the authorized-keys file lists no key: nobody can connect", metadata: ["file": "\(path)"])
+            }
             logger.notice(
                 "SIGHUP: authorized keys reloaded", metadata: ["file": "\(path)", "keys": "\(keys.roles.count)"])
             return .success(keys)

@@ -81,6 +81,9 @@ public struct BrokerConfiguration: Sendable {
     /// (its vouch and metadata) takes about 300 bytes, and a limit below that refuses every subscriber.
     public static let maxCurveSubscriptionBytes: Int64 = 1_024
 
+    /// With CURVE, the longest a connection may take to finish its handshake before it is closed.
+    public static let curveHandshakeMilliseconds: Int32 = 5_000
+
     /// The largest group message body the broker publishes: a group's changes beyond it go out as several messages
     /// (docs/groups.md). A stalled subscriber costs at most ``updateHighWaterMark`` times this.
     public static let maxGroupMessageBytes = 16_384

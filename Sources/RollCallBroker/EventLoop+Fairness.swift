@@ -17,11 +17,12 @@ extension EventLoop {
     enum Work {
         /// The answer is ready (a framing error or a rejected request).
         case answer([UInt8])
-        /// A request to run, from a connection with what it may do, and the size of its body.
-        case request(RequestEnvelope, connection: ConnectionID?, access: Access, bytes: Int)
+        /// A request to run, from a connection, with the `User-Id` of its key (CURVE: what the key may do is looked
+        /// up when it runs, so that a queued request meets a reload), and the size of its body.
+        case request(RequestEnvelope, connection: ConnectionID?, userID: String?, bytes: Int)
         /// A request body to decode and run when its turn comes: queued requests are kept as they came, since a
         /// decoded list of users takes several times the bytes of its JSON.
-        case queued(body: [UInt8], connection: ConnectionID?, access: Access)
+        case queued(body: [UInt8], connection: ConnectionID?, userID: String?)
 
         /// Whether the reply can be large: a group (a page of members) or a query of many users.
         var isExpensive: Bool {
@@ -59,8 +60,8 @@ extension EventLoop {
             deferredOrder.append(key)
         }
         var item = DeferredWork(work: work, envelope: envelope, expensive: work.isExpensive)
-        if case .request(_, let connection, let access, _) = work {
-            item.work = .queued(body: body, connection: connection, access: access)
+        if case .request(_, let connection, let userID, _) = work {
+            item.work = .queued(body: body, connection: connection, userID: userID)
         }
         deferred[key]!.append(item)
         deferredBytes += item.work.bytes
@@ -98,12 +99,12 @@ extension EventLoop {
         guard let queue = deferred.removeValue(forKey: routingID) else { return }
         for item in queue {
             deferredBytes -= item.work.bytes
-            guard case .queued(let body, let connection, let access) = item.work,
+            guard case .queued(let body, let connection, let userID) = item.work,
                 case .success(let envelope) = Codec.decodeRequest(body, limits: configuration.presence),
                 !envelope.request.isRead
             else { continue }
             answer(
-                .request(envelope, connection: connection, access: access, bytes: body.count), envelope: item.envelope)
+                .request(envelope, connection: connection, userID: userID, bytes: body.count), envelope: item.envelope)
         }
     }
 }

@@ -72,7 +72,7 @@ extension EventLoop {
                 work = .answer(Codec.encodeReply(id: rejection.id, .failure(rejection.error)))
             case .success(let request):
                 work = .request(
-                    request, connection: connection, access: access(userID: frames[bodyStart].userID),
+                    request, connection: connection, userID: frames[bodyStart].userID,
                     bytes: frames[bodyStart].bytes.count)
             }
         }
@@ -90,15 +90,15 @@ extension EventLoop {
         switch work {
         case .answer(let bytes):
             reply = bytes
-        case .request(let request, let connection, let access, _):
+        case .request(let request, let connection, let userID, _):
             reply = Codec.encodeReply(
-                id: request.id, counted(request.request, connection: connection, access: access),
+                id: request.id, counted(request.request, connection: connection, access: access(userID: userID)),
                 maxBytes: configuration.maxReplyBytes)
-        case .queued(let body, let connection, let access):
+        case .queued(let body, let connection, let userID):
             switch Codec.decodeRequest(body, limits: configuration.presence) {
             case .success(let request):
                 reply = Codec.encodeReply(
-                    id: request.id, counted(request.request, connection: connection, access: access),
+                    id: request.id, counted(request.request, connection: connection, access: access(userID: userID)),
                     maxBytes: configuration.maxReplyBytes)
             case .failure(let rejection):  // it was decoded once already; the same bytes decode the same way
                 reply = Codec.encodeReply(id: rejection.id, .failure(rejection.error))

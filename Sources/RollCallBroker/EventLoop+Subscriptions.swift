@@ -26,6 +26,9 @@ extension EventLoop {
             }
             let first = frames[0].bytes.first
             if manual {
+                // Before anything is applied: a subscriber gone since the XPUB was last read empty may have left
+                // subscriptions in the queue (ManualSubscriptionGate.swift).
+                try noteSubscriberDisconnects()
                 guard authorize(frames[0]) else { continue }
             } else if first.map({ $0 > 1 }) ?? true {
                 continue
@@ -43,6 +46,24 @@ extension EventLoop {
             case .presence, .group, .broker:
                 logger.debug("subscribed", metadata: ["topic": "\(topic.text)"])
                 if replays.request(topic, now: clock.now()) { replay(topic) }
+            }
+        }
+    }
+
+    /// Reads the XPUB monitor's pending events (CURVE only): a disconnect makes the gate apply nothing until the
+    /// XPUB is read empty. libzmq writes the event before it tells the XPUB to free the connection, so a connection
+    /// freed before a subscription is applied has always been seen here by then.
+    func noteSubscriberDisconnects() throws {
+        guard let xpubMonitor else { return }
+        while let event = try xpubMonitor.receiveMonitorEvent() {
+            switch event.kind {
+            case .handshakeSucceeded:
+                xpubSubscribers.insert(event.value)
+            case .disconnected:
+                // A connection that never completed its handshake never had a subscription queued.
+                if xpubSubscribers.remove(event.value) != nil { subscriptionGate.subscriberLeft() }
+            default:
+                break
             }
         }
     }

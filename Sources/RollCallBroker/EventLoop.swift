@@ -20,6 +20,8 @@ final class EventLoop {
     let monitor: Socket
     /// The ZAP handler's socket (RFC 27), with CURVE only: every handshake on either endpoint asks it.
     let zap: Socket?
+    /// The XPUB's socket monitor, with CURVE only: subscribers that disconnect (EventLoop+Subscriptions.swift).
+    let xpubMonitor: Socket?
     /// The keys that may connect and their roles, with CURVE only (`nil`: every peer may do everything). SIGHUP
     /// replaces it (``replace(authorizedKeys:)``).
     var authorizedKeys: AuthorizedKeys?
@@ -28,6 +30,8 @@ final class EventLoop {
     /// What may be applied in the XPUB's manual mode (CURVE), and when a subscriber's stray message was last logged.
     var subscriptionGate = ManualSubscriptionGate()
     var subscriptionWarnings = WarningThrottle()
+    /// The descriptors of XPUB connections whose handshake succeeded (CURVE only): only they can have subscriptions.
+    var xpubSubscribers = Set<Int32>()
     /// Subscribers per topic in manual mode, for the gauge (manual mode reports every unsubscription).
     var manualSubscriberCounts: [[UInt8]: Int] = [:]
     let logger: Logger
@@ -73,10 +77,11 @@ final class EventLoop {
 
     init(
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
-        monitor: Socket, zap: Socket? = nil, store: (any PresenceStore)?, logger: Logger,
+        monitor: Socket, zap: Socket? = nil, xpubMonitor: Socket? = nil, store: (any PresenceStore)?, logger: Logger,
         wakeLoop: @escaping @Sendable () -> Void, mailbox: LoopMailbox, heartbeat: LoopHeartbeat
     ) throws {
         self.zap = zap
+        self.xpubMonitor = xpubMonitor
         self.authorizedKeys = configuration.curve?.authorizedKeys
         self.mailbox = mailbox
         self.loopBeat = heartbeat
@@ -118,6 +123,7 @@ final class EventLoop {
             wake.close()
             monitor.close()
             zap?.close()
+            xpubMonitor?.close()
         }
         do {
             try turn(until: stopping)
@@ -139,7 +145,8 @@ final class EventLoop {
     }
 
     private func turn(until stopping: borrowing Atomic<Bool>) throws {
-        var poller = Poller([router, xpub, wake, monitor] + (zap.map { [$0] } ?? []))
+        // With CURVE: the ZAP handler (4) and the XPUB's monitor (5).
+        var poller = Poller([router, xpub, wake, monitor] + [zap, xpubMonitor].compactMap { $0 })
         nextHeartbeat = clock.now()
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let ready = try poller.poll(timeout: pollTimeout())
@@ -150,6 +157,12 @@ final class EventLoop {
             }
             // Handshakes first: a client waits for the answer before it can send anything.
             if zap != nil && ready[4] { try handleAuthentication() }
+            if xpubMonitor != nil && ready[5] {
+                // A subscriber left: what waits in the XPUB now is read at once and refused, so that the gate is
+                // safe again for the next subscription.
+                try noteSubscriberDisconnects()
+                if subscriptionGate.unsafe { try handleSubscriptions() }
+            }
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
             if ready[0] { try handleRequests() }

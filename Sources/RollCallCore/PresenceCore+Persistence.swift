@@ -44,7 +44,9 @@ extension PresenceCore {
     /// empty (its file was made anew). Changes noted so far stay noted.
     public func everything(now: BrokerTime) -> Changes {
         var all = Changes()
-        all.records = users.keys.sorted().map { record(of: $0, now: now) }
+        // A user never published (seq 0, such as one whose only session is invisible) is not kept: kept, it would
+        // come back after a restart as a user the broker knew.
+        all.records = users.keys.sorted().map { record(of: $0, now: now) }.filter { $0.seq > 0 }
         all.groups = groups.keys.sorted().map { id in
             GroupDefinition(group: id, members: groups[id]!.members.sorted(), seq: groups[id]!.seq)
         }

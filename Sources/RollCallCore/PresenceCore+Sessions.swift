@@ -49,8 +49,11 @@ extension PresenceCore {
             return .failure(.badRequest, "session id \(id) is already in use")
         }
 
-        // Placeholders kept for users from before a restart give way to this hello: they count for no limit.
-        let placeholders = users[hello.user]?.sessions.filter { sessions[$0]?.isPlaceholder == true } ?? []
+        // Placeholders kept for users from before a restart give way to this hello: they count for no limit. An
+        // invisible hello leaves them to run out as `restart`, as if it had not come.
+        let placeholders =
+            hello.status == .invisible
+            ? [] : users[hello.user]?.sessions.filter { sessions[$0]?.isPlaceholder == true } ?? []
         guard sessions.count - placeholderCount < configuration.maxSessions else {
             return .failure(.limit, "the broker holds its maximum of \(configuration.maxSessions) sessions")
         }
@@ -106,7 +109,8 @@ extension PresenceCore {
             sessions[id]!.status = status
             sessions[id]!.text = text
             sessions[id]!.statusOrder = statusChanges
-            updates = refresh(user, now: now, reason: .status)
+            // Going invisible looks to others exactly like that session saying bye.
+            updates = refresh(user, now: now, reason: status == .invisible ? .bye : .status)
         }
         return Outcome(.success(()), updates: updates)
     }

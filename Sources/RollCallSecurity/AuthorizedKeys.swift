@@ -35,10 +35,27 @@ public struct AuthorizedKeys: Equatable, Sendable {
     /// a reload keeps the table it had.
     public init(parsing text: String) throws(ParseError) {
         var roles: [CurveKey: Role] = [:]
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // Lines end at "\n" or "\r\n" (Swift reads "\r\n" as one Character, so split the scalars).
+        for (index, scalars) in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false)
+            .enumerated()
+        {
             let line = index + 1
+            let raw = String(scalars)
             let fields = raw.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
-            guard let first = fields.first, !first.hasPrefix("#") else { continue }
+            guard let first = fields.first else { continue }
+            if first.hasPrefix("#") {
+                // A comment, unless it reads as a key line whose key starts with '#': that key could never be used,
+                // so it is refused rather than silently ignored.
+                if CurveKey(String(first)) != nil, fields.count >= 2,
+                    ["user", "operator", "reader"].contains(fields[1])
+                {
+                    throw ParseError(
+                        line: line,
+                        message: "this key starts with '#', so the line reads as a comment: make another key "
+                            + "(rollcall keygen never makes one), or put text after the '#' to keep the comment")
+                }
+                continue
+            }
             guard let key = CurveKey(String(first)) else {
                 throw ParseError(line: line, message: "'\(first.prefix(48))' is not a public key (40 Z85 characters)")
             }
@@ -59,7 +76,10 @@ public struct AuthorizedKeys: Equatable, Sendable {
                 role = .user(user)
             case "operator", "reader":
                 guard fields.count == 2 else {
-                    throw ParseError(line: line, message: "an \(fields[1]) key names no user: KEY \(fields[1])")
+                    throw ParseError(
+                        line: line,
+                        message:
+                            "\(fields[1] == "operator" ? "an" : "a") \(fields[1]) key names no user: KEY \(fields[1])")
                 }
                 role = fields[1] == "operator" ? .operator : .reader
             default:

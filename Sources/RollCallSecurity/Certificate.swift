@@ -32,9 +32,10 @@ public struct Certificate: Equatable, Sendable {
     public init(zpl text: String) throws(ParseError) {
         var section: [String] = []  // the path of sections, by indent level
         var keys: [String: (value: String, line: Int)] = [:]
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // Lines end at "\n" or "\r\n" (Swift reads "\r\n" as one Character, so split the scalars).
+        for (index, raw) in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = index + 1
-            var content = Substring(raw)
+            var content = Substring(String(raw))
             if content.hasSuffix("\r") { content = content.dropLast() }
             let trimmed = content.drop { $0 == " " || $0 == "\t" }
             if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }

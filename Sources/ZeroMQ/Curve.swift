@@ -13,6 +13,15 @@ public enum Curve {
         return (text(publicKey), text(secretKey))
     }
 
+    /// A new key pair whose public key does not start with `#`, which a line-based key file (one key per line, `#`
+    /// for comments) would read as a comment: about one pair in 85 is drawn again.
+    public static func keyPairForKeyFiles() throws -> (publicKey: String, secretKey: String) {
+        while true {
+            let pair = try keyPair()
+            if !pair.publicKey.hasPrefix("#") { return pair }
+        }
+    }
+
     /// The public key that belongs to `secretKey` (40 Z85 characters).
     public static func publicKey(ofSecret secretKey: String) throws -> String {
         var publicKey = [CChar](repeating: 0, count: 41)

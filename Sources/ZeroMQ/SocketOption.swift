@@ -50,6 +50,8 @@ public enum SocketOption: Sendable {
     case curveServerKey(String)
     /// The ZAP domain this socket's connections are authenticated in (`ZMQ_ZAP_DOMAIN`).
     case zapDomain(String)
+    /// The longest a new connection may take to finish its handshake before it is closed (`ZMQ_HANDSHAKE_IVL`).
+    case handshakeInterval(milliseconds: Int32)
 
     func apply(to handle: UnsafeMutableRawPointer) throws {
         switch self {
@@ -79,6 +81,7 @@ public enum SocketOption: Sendable {
         case .curvePublicKey(let z85): try setBytes(handle, ZMQ_CURVE_PUBLICKEY, Array(z85.utf8))
         case .curveServerKey(let z85): try setBytes(handle, ZMQ_CURVE_SERVERKEY, Array(z85.utf8))
         case .zapDomain(let domain): try setBytes(handle, ZMQ_ZAP_DOMAIN, Array(domain.utf8))
+        case .handshakeInterval(let ms): try setInt(handle, ZMQ_HANDSHAKE_IVL, ms)
         }
     }
 }

@@ -12,7 +12,7 @@ struct Keygen: AsyncParsableCommand {
     func run() async throws {
         guard Curve.isAvailable else { throw fail(KeygenError("this libzmq was built without CURVE")) }
         do {
-            let pair = try Curve.keyPair()
+            let pair = try Curve.keyPairForKeyFiles()
             guard let publicKey = CurveKey(pair.publicKey), let secretKey = CurveKey(pair.secretKey) else {
                 throw KeygenError("libzmq made a key that is not 40 Z85 characters")
             }

@@ -258,6 +258,11 @@ struct Serve: AsyncParsableCommand {
         }
         switch AuthorizedKeys.load(path: keysFile) {
         case .success(let keys):
+            // A file of comments only (or one misread, such as a table whose every key line was commented out)
+            // would lock everyone out without a word.
+            guard !keys.roles.isEmpty else {
+                throw ConfigurationError("--authorized-keys", "\(keysFile) lists no key: nobody could connect")
+            }
             return CurveSettings(secretKey: secret.z85, authorizedKeys: keys, authorizedKeysPath: keysFile)
         case .failure(let error):
             throw ConfigurationError("--authorized-keys", "\(error)")

@@ -13,21 +13,27 @@ struct ManualSubscriptionGateTests {
         #expect(gate.decide(.subscribe(exactTopic: false), allowed: false) == .refuse)
         #expect(gate.decide(.unsubscribe(fromPeer: true), allowed: true) == .apply)
         #expect(gate.decide(.unsubscribe(fromPeer: false), allowed: true) == .ignore)
-        #expect(!gate.skewed)
+        #expect(!gate.unsafe)
     }
 
-    /// After a message that is not a subscription, and until the XPUB is read empty, only exact topics are
-    /// applied, never a prefix (which could land on another connection) nor an unsubscription; then all is as
-    /// before.
-    @Test func skewedUntilDrained() {
+    /// After a message that is not a subscription, or a subscriber's disconnect, and until the XPUB is read empty,
+    /// nothing is applied, exact topics included (they could land on another connection, or on a freed one); then
+    /// all is as before.
+    @Test(arguments: [false, true])
+    func unsafeUntilDrained(byDisconnect: Bool) {
         var gate = ManualSubscriptionGate()
-        #expect(gate.decide(.other, allowed: true) == .ignore)
-        #expect(gate.skewed)
+        if byDisconnect {
+            gate.subscriberLeft()
+        } else {
+            #expect(gate.decide(.other, allowed: true) == .ignore)
+        }
+        #expect(gate.unsafe)
         #expect(gate.decide(.subscribe(exactTopic: false), allowed: true) == .refuse)
-        #expect(gate.decide(.subscribe(exactTopic: true), allowed: true) == .apply)
-        #expect(gate.decide(.subscribe(exactTopic: true), allowed: false) == .refuse)
+        #expect(gate.decide(.subscribe(exactTopic: true), allowed: true) == .refuse)
         #expect(gate.decide(.unsubscribe(fromPeer: true), allowed: true) == .refuse)
+        #expect(gate.decide(.unsubscribe(fromPeer: false), allowed: true) == .ignore)
         gate.drained()
+        #expect(gate.decide(.subscribe(exactTopic: true), allowed: true) == .apply)
         #expect(gate.decide(.subscribe(exactTopic: false), allowed: true) == .apply)
     }
 }

@@ -3,9 +3,9 @@ import Testing
 
 @Suite("Invisible")
 struct InvisibleTests {
-    /// Going invisible publishes what a last session going `offline` would: offline, reason `status`, no sessions,
-    /// no text; `last_seen` stays at that moment while the invisible session heartbeats on.
-    @Test func goingInvisibleLooksLikeGoingOffline() {
+    /// Going invisible publishes what that session saying bye would: offline, reason `bye`, no sessions, no text;
+    /// `last_seen` stays at that moment while the invisible session heartbeats on.
+    @Test func goingInvisibleLooksLikeBye() {
         var h = Harness()
         let session = h.open("alice")
         h.clock.advance(1_000)
@@ -13,7 +13,7 @@ struct InvisibleTests {
         let updates = h.core.setStatus(session: session, status: .invisible, text: "shh", now: h.now).updates
         #expect(updates.count == 1)
         let record = updates[0]
-        #expect(record.status == .offline && record.reason == .status && record.sessions == 0 && record.text == nil)
+        #expect(record.status == .offline && record.reason == .bye && record.sessions == 0 && record.text == nil)
         #expect(record.lastSeen == went)
         for _ in 0..<5 {
             h.clock.advance(500)
@@ -22,6 +22,43 @@ struct InvisibleTests {
         #expect(h.record("alice") == record)
         #expect(h.core.availableUserCount == 0)
         #expect(h.core.visibleSessionCount == 0 && h.core.sessionCount == 1)
+    }
+
+    /// Field by field, the record others get when a session goes invisible is the record they would get had it
+    /// said bye at that moment, with one other session or none, available or not.
+    @Test(arguments: [nil, Status.online, Status.offline])
+    func invisibleEqualsBye(other: Status?) {
+        var hidden = Harness()
+        var gone = Harness()
+        for h in [0, 1] {
+            var harness = h == 0 ? hidden : gone
+            if let other { _ = harness.open("carol", status: other, text: "elsewhere") }
+            _ = harness.open("carol", status: .busy, text: "in a meeting")
+            harness.clock.advance(2_500)
+            if h == 0 { hidden = harness } else { gone = harness }
+        }
+        let session = SessionID("s\(hidden.nextSession)")
+        let viaInvisible = hidden.core.setStatus(
+            session: session, status: .invisible, text: nil, now: hidden.now
+        ).updates
+        let viaBye = gone.core.bye(session: session, now: gone.now).updates
+        #expect(viaInvisible == viaBye)
+        #expect(hidden.record("carol") == gone.record("carol"))
+    }
+
+    /// After a restart, an invisible hello does not take the restart placeholder's place: the user runs out as
+    /// `restart`, as if that hello had not come.
+    @Test func invisibleHelloLeavesTheRestartPlaceholder() {
+        var h = Harness()
+        let kept = PresenceRecord(
+            user: "dan".id, status: .online, since: h.now, lastSeen: h.now, sessions: 1, seq: 5)
+        h.core.restore(records: [kept], groups: [], now: h.now)
+        let (_, updates) = h.hello("dan", status: .invisible)
+        #expect(updates.isEmpty)
+        #expect(h.record("dan").status == .online)
+        h.clock.advance(h.core.configuration.defaultTTLMilliseconds + 1)
+        let expired = h.core.tick(now: h.now).records
+        #expect(expired.map(\.reason) == [.restart])
     }
 
     /// A user whose first session is invisible stays exactly as a user never seen: nothing is published, and the

@@ -37,6 +37,8 @@ struct KeyFilesTests {
         let certificate = try Certificate(zpl: text)
         #expect(certificate.publicKey.z85 == "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID")
         #expect(certificate.secretKey?.z85 == "D:)Q[IlAW!ahhC2ac:9*A}h:p?([4%wOT#JR=cs#")
+        // A certificate saved with CRLF line ends reads the same.
+        #expect(try Certificate(zpl: text.replacingOccurrences(of: "\n", with: "\r\n")) == certificate)
     }
 
     /// Malformed certificates are errors that name the line: no public key, a short key, an unclosed quote, bad
@@ -69,11 +71,14 @@ struct KeyFilesTests {
             rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7   operator
 
             JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6   reader
-            #TKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6   reader
+            # JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6   reader
+            #JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6   reader
             a#KVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6\tuser\tbob
             """
         let table = try AuthorizedKeys(parsing: text)
-        #expect(table.roles.count == 4)  // the line that starts with '#' is a comment, even though it looks like a key
+        #expect(table.roles.count == 4)  // commented-out key lines are comments
+        // The same file with CRLF line ends (Swift reads "\r\n" as one Character) is the same table.
+        #expect(try AuthorizedKeys(parsing: text.replacingOccurrences(of: "\n", with: "\r\n")) == table)
         #expect(table.role(of: try #require(CurveKey("Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"))) == .user("alice".id))
         #expect(table.role(of: try #require(CurveKey("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"))) == .operator)
         #expect(table.role(of: try #require(CurveKey("JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"))) == .reader)
@@ -88,6 +93,8 @@ struct KeyFilesTests {
         ("Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID user bad!id\n", "line 1: 'bad!id' is not a user id"),
         ("Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID operator alice\n", "line 1: an operator key names no user"),
         ("Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID admin\n", "line 1: unknown role 'admin'"),
+        ("# keys\r\n#TKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6 reader\r\n", "line 2: this key starts with '#'"),
+        ("Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID reader alice\n", "line 1: a reader key names no user"),
         (
             "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID reader\n\nYne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID reader\n",
             "line 3: key Yne@$w-v… is listed twice"

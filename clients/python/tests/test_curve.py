@@ -14,6 +14,14 @@ from rollcall import Broker, BrokerError, BrokerProcess, Curve, Session
 Factory = Callable[..., BrokerProcess]
 
 
+def keypair() -> Tuple[bytes, bytes]:
+    """A pair whose public key does not start with '#', which the authorized-keys file would read as a comment."""
+    while True:
+        public, secret = zmq.curve_keypair()
+        if not public.startswith(b"#"):
+            return public, secret
+
+
 def certificate(path: Path, public: bytes, secret: bytes) -> None:
     """A certificate in czmq's format, as `rollcall keygen` writes it (0600)."""
     path.write_text(f'curve\n    public-key = "{public.decode()}"\n    secret-key = "{secret.decode()}"\n')
@@ -25,7 +33,7 @@ def curve_broker(rollcall_broker_factory: Factory, tmp_path: Path) -> Tuple[Brok
     """A test-mode broker with CURVE, and the credentials of alice (a user key), an operator and a stranger."""
     server_public, server_secret = zmq.curve_keypair()
     certificate(tmp_path / "broker.key", server_public, server_secret)
-    keys = {name: zmq.curve_keypair() for name in ("alice", "op", "stranger")}
+    keys = {name: keypair() for name in ("alice", "op", "stranger")}
     (tmp_path / "authorized_keys").write_text(
         f"{keys['alice'][0].decode()}  user alice\n{keys['op'][0].decode()}  operator\n"
     )
