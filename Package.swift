@@ -18,6 +18,8 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.1.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.1"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
@@ -49,7 +51,7 @@ let package = Package(
         .target(
             name: "RollCallBroker",
             dependencies: [
-                "RollCallCore", "RollCallWire", "RollCallStore", "ZeroMQ",
+                "RollCallCore", "RollCallSecurity", "RollCallWire", "RollCallStore", "ZeroMQ",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -82,6 +84,19 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The WebSocket front door: an HTTP server on its own threads that checks tokens (JWT) before the upgrade and
+        // hands requests to the event loop through its gateway inbox. It never touches the core.
+        .target(
+            name: "RollCallGateway",
+            dependencies: [
+                "RollCallBroker", "RollCallCore", "RollCallSecurity", "RollCallWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, and
         // the fake users of `rollcall simulate`.
         .target(
@@ -100,8 +115,8 @@ let package = Package(
         .executableTarget(
             name: "rollcall",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallSecurity",
-                "RollCallWire", "RollCallTestSupport", "ZeroMQ",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
+                "RollCallSecurity", "RollCallWire", "RollCallTestSupport", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -126,7 +141,10 @@ let package = Package(
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallStore",
                 "RollCallTestSupport",
-                "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
+                "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench", "RollCallGateway",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -96,6 +96,7 @@ extension BrokerConfiguration {
                 throw ConfigurationError("--test-mode", "keeps no state: it excludes --data-dir")
             }
         }
+        try validateWebSocket()
         guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
             throw ConfigurationError(
                 "--heartbeat-ms",
@@ -103,7 +104,7 @@ extension BrokerConfiguration {
         }
     }
 
-    private static func check<T: BinaryInteger>(
+    static func check<T: BinaryInteger>(
         _ setting: String, _ value: T, in range: ClosedRange<T>, unit: String = ""
     ) throws(ConfigurationError) {
         guard !range.contains(value) else { return }

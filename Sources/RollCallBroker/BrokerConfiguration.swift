@@ -59,6 +59,10 @@ public struct BrokerConfiguration: Sendable {
     /// cannot refuse one), so that what every connection can cost adds up to a bound. The default stays below the
     /// systemd unit's `LimitNOFILE=65536`. Range: 1...10_000_000.
     public var maxConnections = 60_000
+    /// The WebSocket front door (docs/websocket.md); off unless ``WebSocketSettings/endpoint`` is set.
+    public var webSocket = WebSocketSettings()
+    /// Whether a non-loopback endpoint may be bound without authentication (`--insecure`): refused otherwise.
+    public var insecure = false
 
     public init() {}
 

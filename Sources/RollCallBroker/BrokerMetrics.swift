@@ -20,6 +20,7 @@ final class BrokerMetrics {
     private var sessionsEnded: [OfflineReason: Counter] = [:]
     private var sessionsEndedReported: [OfflineReason: UInt64] = [:]
     private let refusedConnections = Counter(label: "rollcall_connections_refused_total")
+    private let slowWebSockets = Counter(label: "rollcall_websockets_closed_slow_total")
     private let sessions = Gauge(label: "rollcall_sessions")
     private let usersAvailable = Gauge(label: "rollcall_users_available")
     private let connections = Gauge(label: "rollcall_connections")
@@ -61,6 +62,9 @@ final class BrokerMetrics {
 
     /// A connection closed at once, past `--max-connections`.
     func refusedConnection() { refusedConnections.increment() }
+
+    /// A WebSocket connection closed because its send queue went over its bound.
+    func closedSlowWebSocket() { slowWebSockets.increment() }
 
     /// One message published on the update socket.
     func published(_ topic: Topic) {

@@ -14,6 +14,8 @@ public enum ErrorCode: String, Sendable, CaseIterable {
     case tooLarge = "too_large"
     /// A configured limit would be exceeded.
     case limit = "limit"
+    /// The key (or token) the connection authenticated with may not do this; the message says what it may do.
+    case forbidden = "forbidden"
 }
 
 /// An error answered to a request: a stable code and a message for people.

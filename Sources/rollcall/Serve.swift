@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RollCallBroker
+import RollCallGateway
 import RollCallOperations
 import RollCallWire
 import ServiceLifecycle
@@ -15,6 +16,11 @@ struct Serve: AsyncParsableCommand {
     )
 
     @OptionGroup var endpoints: Endpoints
+
+    @OptionGroup(title: "WebSocket") var webSocket: WebSocketOptions
+
+    @Flag(help: "Allow a non-loopback endpoint without authentication or TLS. Env: ROLLCALL_INSECURE=1.")
+    var insecure = false
 
     @Option(help: "Heartbeat interval asked of clients, ms. Env: ROLLCALL_HEARTBEAT_MS. Default: 1000.")
     var heartbeatMs: Int64?
@@ -204,6 +210,8 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: 10_000)
         c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: 1_000_000)
         c.presence.maxMemberships = try setting(maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: 10_000_000)
+        try webSocket.apply(to: &c)
+        c.insecure = insecure || environment["ROLLCALL_INSECURE"] == "1"
         // The ranges and the checks across settings belong to the broker library, which any embedder gets too.
         try c.validate()
         return c
@@ -274,6 +282,16 @@ struct Serve: AsyncParsableCommand {
             }
             services.append(.init(service: server))
         }
+        let wsBound = BoundEndpoint()
+        do {
+            if let server = try await WebSocketOptions.server(
+                configuration, broker: broker, logger: logger, onBound: { wsBound.set($0) })
+            {
+                services.append(.init(service: server))
+            }
+        } catch {
+            throw fail(error)
+        }
         services.append(.init(service: broker))
         let environment = ProcessInfo.processInfo.environment
         if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
@@ -284,8 +302,11 @@ struct Serve: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             if printEndpoints {
                 let waitsForHTTP = httpAddress != nil
+                let waitsForWS = configuration.webSocket.endpoint != nil
                 tasks.addTask {
-                    while !broker.isRunning || (waitsForHTTP && bound.get() == nil) {
+                    while !broker.isRunning || (waitsForHTTP && bound.get() == nil)
+                        || (waitsForWS && wsBound.get() == nil)
+                    {
                         try await Task.sleep(for: .milliseconds(1))
                     }
                     var line = JSONWriter()
@@ -297,6 +318,10 @@ struct Serve: AsyncParsableCommand {
                     if let http = bound.get() {
                         line.key("http")
                         line.string(http)
+                    }
+                    if let ws = wsBound.get() {
+                        line.key("ws")
+                        line.string("ws://\(ws)\(WebSocketServer.path)")
                     }
                     line.key("epoch")
                     line.string(broker.epoch)
