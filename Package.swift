@@ -39,7 +39,7 @@ let package = Package(
             dependencies: [.product(name: "HeapModule", package: "swift-collections")]
         ),
         // Keys and who may do what: CURVE certificates (czmq's format) and the authorized-keys table. Pure text.
-        .target(name: "RollCallSecurity", dependencies: ["RollCallCore"]),
+        .target(name: "RollCallSecurity", dependencies: ["RollCallCore", "RollCallWire"]),
         // The wire protocol: JSON bodies <-> requests, replies and records.
         .target(name: "RollCallWire", dependencies: ["RollCallCore"]),
         // Persistence: every user's last record and the groups, in SQLite (GRDB) or in memory.
@@ -63,7 +63,8 @@ let package = Package(
         .target(name: "RollCallClientCore", dependencies: ["RollCallCore", "RollCallWire"]),
         // The client library the CLI and the tests use.
         .target(
-            name: "RollCallClient", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire", "ZeroMQ"]),
+            name: "RollCallClient",
+            dependencies: ["RollCallClientCore", "RollCallCore", "RollCallSecurity", "RollCallWire", "ZeroMQ"]),
         // For apps' tests: a broker in test mode in-process, fake users and expectations with deadlines.
         .target(
             name: "RollCallTestKit",
@@ -107,7 +108,7 @@ let package = Package(
         .target(
             name: "RollCallBench",
             dependencies: [
-                "RollCallClient", "RollCallCore", "RollCallTestSupport", "RollCallWire", "ZeroMQ",
+                "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallTestSupport", "RollCallWire", "ZeroMQ",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),
@@ -132,16 +133,17 @@ let package = Package(
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
         .testTarget(name: "RollCallWireTests", dependencies: ["RollCallWire", "RollCallCore"]),
         .testTarget(name: "RollCallStoreTests", dependencies: ["RollCallStore", "RollCallCore"]),
-        .testTarget(name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "ZeroMQ"]),
+        .testTarget(
+            name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "RollCallWire", "ZeroMQ"]),
         .testTarget(name: "RollCallBrokerTests", dependencies: ["RollCallBroker", "RollCallCore"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallStore",
-                "RollCallTestSupport",
-                "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench", "RollCallGateway",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
+                "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
+                "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"),

@@ -1,4 +1,5 @@
 import Foundation
+import RollCallClient
 import Synchronization
 import ZeroMQ
 
@@ -17,9 +18,10 @@ public final class LatencySubscriber: Sendable {
     private let result = Mutex(Measured())
     private let done = DispatchSemaphore(value: 0)
 
-    public init(endpoint: String, topics: [String]) throws {
+    public init(endpoint: String, topics: [String], credentials: CurveCredentials? = nil) throws {
         let context = try Context()
         let socket = try Socket(context, .sub)
+        try credentials?.apply(to: socket)
         try socket.set(.receiveHighWaterMark(1_000_000))
         try socket.set(.linger(milliseconds: 0))
         for topic in topics { try socket.set(.subscribe(Array(topic.utf8))) }

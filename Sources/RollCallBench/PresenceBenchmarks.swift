@@ -12,6 +12,8 @@ public struct PresenceBenchmarks {
     /// Added to every broker's `serve` arguments, such as `--http-endpoint 127.0.0.1:0` to measure with the
     /// Prometheus metrics backend on.
     public var brokerArguments: [String] = []
+    /// When set, every broker runs CURVE and every client of the scenarios uses these keys.
+    public var curve: CurveSetup?
 
     public init(executable: String, log: @escaping @Sendable (String) -> Void) {
         self.executable = executable
@@ -20,7 +22,8 @@ public struct PresenceBenchmarks {
 
     /// A `rollcall serve` child process with the scenario's arguments and ``brokerArguments``.
     func broker(_ arguments: [String]) throws -> BrokerProcess {
-        try BrokerProcess(executable: executable, arguments: arguments + brokerArguments)
+        try BrokerProcess(
+            executable: executable, arguments: arguments + brokerArguments + (curve?.brokerArguments ?? []))
     }
 
     /// Opens `count` sessions (TTL one hour unless given) and returns their ids, pipelined over one connection.
@@ -57,9 +60,10 @@ public struct PresenceBenchmarks {
     public func latency(rate: Int, seconds: Double) throws -> BenchRow {
         let broker = try broker(["--update-hwm", "100000"])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
+        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
         let sessions = try openSessions(pipeline, users: (0..<100).map { "lat\($0)" })
-        let subscriber = try LatencySubscriber(endpoint: broker.update, topics: ["presence/"])
+        let subscriber = try LatencySubscriber(
+            endpoint: broker.update, topics: ["presence/"], credentials: curve?.credentials)
         Thread.sleep(forTimeInterval: 0.3)
         log("latency: \(rate)/s for \(seconds) s")
         let total = Int(Double(rate) * seconds)
@@ -98,13 +102,13 @@ public struct PresenceBenchmarks {
         let broker = try broker(["--update-hwm", "1000000"])
         defer { broker.stop() }
         // The window stays under the ROUTER's 1,000 queued replies per peer, past which replies are dropped.
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
+        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
         let sessions = try openSessions(pipeline, users: (0..<1_000).map { "tp\($0)" })
         var rate: Double? = nil  // unpaced first
         var attempts: [String] = []
         for attempt in 0..<5 {
             let subscribers = try (0..<count).map { _ in
-                try LatencySubscriber(endpoint: broker.update, topics: ["presence/"])
+                try LatencySubscriber(endpoint: broker.update, topics: ["presence/"], credentials: curve?.credentials)
             }
             Thread.sleep(forTimeInterval: 0.3)
             let cpu = broker.cpuSeconds()
@@ -155,7 +159,9 @@ public struct PresenceBenchmarks {
         defer { broker.stop() }
         Thread.sleep(forTimeInterval: 0.5)
         let idle = broker.residentBytes()
-        let pipelines = try (0..<4).map { _ in try RequestPipeline(endpoint: broker.command, window: 512) }
+        let pipelines = try (0..<4).map { _ in
+            try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
+        }
         var bodies: [[UInt8]] = []
         for (index, pipeline) in pipelines.enumerated() {
             let users = stride(from: index, to: count, by: pipelines.count).map { "s\($0)" }
@@ -197,7 +203,7 @@ public struct PresenceBenchmarks {
     public func fanout(subscribers count: Int, changes: Int) throws -> BenchRow {
         let broker = try broker([])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command)
+        let pipeline = try RequestPipeline(endpoint: broker.command, credentials: curve?.credentials)
         let session = try openSessions(pipeline, users: ["fan"])[0]
         let context = try Context()
         let sockets = try (0..<count).map { _ in
@@ -310,7 +316,7 @@ public struct PresenceBenchmarks {
     public func expiry(live: Int, probes: Int, ttl: Int) throws -> BenchRow {
         let broker = try broker(["--min-ttl-ms", "100"])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512)
+        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
         log("expiry: \(live) live sessions")
         _ = try openSessions(pipeline, users: (0..<live).map { "live\($0)" })
         let subscriber = try LatencyExpiryWatcher(endpoint: broker.update, prefix: "presence/probe")

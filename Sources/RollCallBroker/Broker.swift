@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import RollCallCore
+import RollCallSecurity
 import RollCallStore
 import ServiceLifecycle
 import Synchronization
@@ -14,6 +15,9 @@ public final class Broker: Service, Sendable {
     public let updateEndpoint: String
     /// Changes at every start.
     public let epoch: String
+    /// The broker's CURVE public key (40 Z85 characters), which clients need; `nil` without CURVE.
+    public let publicKey: String?
+    private let authorizedKeysPath: String?
 
     private let loop: Mutex<EventLoop?>
     private let context: Context
@@ -28,6 +32,19 @@ public final class Broker: Service, Sendable {
     public init(configuration: BrokerConfiguration, logger: Logger) throws {
         try configuration.validate()
         let context = try Context()
+        // The ZAP handler is bound before any CURVE socket: a CURVE server without one accepts every client key
+        // (libzmq#2711). One handler per context, and this context is the broker's own.
+        var zap: Socket?
+        if let curve = configuration.curve {
+            guard Curve.isAvailable else { throw BrokerError.curveUnavailable }
+            let handler = try Socket(context, .rep)
+            try handler.set(.linger(milliseconds: 0))
+            try handler.bind("inproc://zeromq.zap.01")
+            zap = handler
+            publicKey = try Curve.publicKey(ofSecret: curve.secretKey)
+        } else {
+            publicKey = nil
+        }
         let router = try Socket(context, .router)
         try router.set(.linger(milliseconds: 0))
         // libzmq's default, stated: a new connection never takes over another's routing id, so the replies (and
@@ -54,9 +71,23 @@ public final class Broker: Service, Sendable {
         try xpub.set(.heartbeatTimeout(milliseconds: 30_000))
         // Subscribers send nothing but subscriptions, and none longer than a topic is of use: libzmq drops a peer
         // that sends a longer frame before it stores anything of it.
-        try xpub.set(.maxMessageSize(bytes: BrokerConfiguration.maxSubscriptionBytes))
+        // With CURVE the limit also applies to the handshake's commands, and INITIATE is larger than any topic.
+        try xpub.set(
+            .maxMessageSize(
+                bytes: configuration.curve == nil
+                    ? BrokerConfiguration.maxSubscriptionBytes : BrokerConfiguration.maxCurveSubscriptionBytes))
         try xpub.set(.backlog(4_096))
         try Self.setConnectionHeartbeats(xpub, configuration)
+        if let curve = configuration.curve {
+            for socket in [router, xpub] {
+                try socket.set(.zapDomain("rollcall"))
+                try socket.set(.curveServer(true))
+                try socket.set(.curveSecretKey(curve.secretKey))
+            }
+            // Subscriptions are authorized one by one: the loop applies only those the key may make
+            // (EventLoop+Subscriptions.swift).
+            try xpub.set(.xpubManual(true))
+        }
         // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md). The monitor
         // starts before the bind, so that it sees every connection.
         epoch = Token.random(bits: 64)
@@ -88,8 +119,9 @@ public final class Broker: Service, Sendable {
         }
         let eventLoop = try EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
-            monitor: monitor, store: store, logger: logger, wakeLoop: { [waker] in waker.wake() }, mailbox: mailbox,
-            heartbeat: loopHeartbeat)
+            monitor: monitor, zap: zap, store: store, logger: logger, wakeLoop: { [waker] in waker.wake() },
+            mailbox: mailbox, heartbeat: loopHeartbeat)
+        authorizedKeysPath = configuration.curve?.authorizedKeysPath
         self.loop = Mutex(eventLoop)
     }
 
@@ -108,7 +140,10 @@ public final class Broker: Service, Sendable {
         let handOff = HandOff(loop)
         logger.info(
             "broker started",
-            metadata: ["command": "\(commandEndpoint)", "update": "\(updateEndpoint)", "epoch": "\(epoch)"])
+            metadata: [
+                "command": "\(commandEndpoint)", "update": "\(updateEndpoint)", "epoch": "\(epoch)",
+                "mechanism": "\(publicKey == nil ? "NULL" : "CURVE")", "public_key": "\(publicKey ?? "-")",
+            ])
         defer {
             waker.close()
             context.terminate()  // every socket is closed: this returns once the ports are free again
@@ -135,8 +170,8 @@ public final class Broker: Service, Sendable {
 
     /// A signal the operator sent that is not a request to stop.
     public enum Signal: Sendable, Equatable {
-        /// SIGHUP: what a closing terminal sends, and the conventional "reload". There is nothing to reload yet:
-        /// every setting is read at start.
+        /// SIGHUP: the conventional "reload". With CURVE it reloads the authorized-keys file; every other setting is
+        /// read at start.
         case hangup
         /// SIGUSR1, SIGUSR2, SIGALRM: no meaning; noted so that nobody wonders whether it was seen.
         case other(String)
@@ -146,9 +181,32 @@ public final class Broker: Service, Sendable {
     public func received(_ signal: Signal) {
         switch signal {
         case .hangup:
-            logger.notice("SIGHUP received: nothing to reload (settings are read at start); still running")
+            guard authorizedKeysPath != nil else {
+                logger.notice("SIGHUP received: nothing to reload (settings are read at start); still running")
+                return
+            }
+            _ = reloadAuthorizedKeys()
         case .other(let name):
             logger.notice("signal received and ignored; still running", metadata: ["signal": "\(name)"])
+        }
+    }
+
+    /// Reads the authorized-keys file again and hands the new table to the loop: connections and handshakes from
+    /// then on are authorized against it. A file that cannot be read or parsed changes nothing (the error, with
+    /// the line at fault, is logged and returned). Safe from any thread.
+    @discardableResult
+    public func reloadAuthorizedKeys() -> Result<AuthorizedKeys, AuthorizedKeysError> {
+        guard let path = authorizedKeysPath else { return .failure(AuthorizedKeysError(path: "", reason: "no file")) }
+        switch AuthorizedKeys.load(path: path) {
+        case .success(let keys):
+            mailbox.post { loop in loop.replace(authorizedKeys: keys) }
+            logger.notice(
+                "SIGHUP: authorized keys reloaded", metadata: ["file": "\(path)", "keys": "\(keys.roles.count)"])
+            return .success(keys)
+        case .failure(let error):
+            logger.error(
+                "SIGHUP: authorized keys NOT reloaded; the previous table stays", metadata: ["error": "\(error)"])
+            return .failure(error)
         }
     }
 
@@ -172,7 +230,8 @@ public final class Broker: Service, Sendable {
     public func lookUp(_ user: UserID, timeout: Duration = .seconds(2)) async -> UserView? {
         await ask(timeout: timeout) { loop in
             let now = loop.clock.now()
-            return UserView(record: loop.core.record(of: user, now: now), groups: loop.core.groups(of: user))
+            // The operator's view: the truth about an invisible user (docs/security.md).
+            return UserView(record: loop.core.trueRecord(of: user, now: now), groups: loop.core.groups(of: user))
         }
     }
 
@@ -202,12 +261,15 @@ public enum BrokerError: Error, CustomStringConvertible {
     case alreadyRan
     /// The store failed to keep the last changes at shutdown; the log says why.
     case finalWriteFailed
+    /// CURVE was asked for and this libzmq was built without it.
+    case curveUnavailable
 
     public var description: String {
         switch self {
         case .cannotBind(let endpoint, let reason): "cannot bind \(endpoint): \(reason)"
         case .alreadyRan: "a broker runs only once"
         case .finalWriteFailed: "the last changes could not be written to the store (see the log)"
+        case .curveUnavailable: "CURVE is configured but this libzmq was built without it (zmq_has(\"curve\") is 0)"
         }
     }
 }

@@ -8,7 +8,7 @@ public struct ConfigurationError: Error, Equatable, Sendable, CustomStringConver
     public var message: String
     public var description: String { "\(setting) \(message)" }
 
-    init(_ setting: String, _ message: String) {
+    public init(_ setting: String, _ message: String) {
         self.setting = setting
         self.message = message
     }
@@ -84,6 +84,15 @@ extension BrokerConfiguration {
                 "--ttl-ms",
                 "(\(p.defaultTTLMilliseconds)) must lie between --min-ttl-ms (\(p.minTTLMilliseconds)) "
                     + "and --max-ttl-ms (\(p.maxTTLMilliseconds))")
+        }
+        if curve == nil && !insecure {
+            for (setting, endpoint) in [("--command-endpoint", commandEndpoint), ("--update-endpoint", updateEndpoint)]
+            where !Self.isLocal(endpoint) {
+                throw ConfigurationError(
+                    setting,
+                    "'\(endpoint)' is not loopback and CURVE is off, so anyone who reaches it could act as anyone: "
+                        + "give --curve-secret-key-file and --authorized-keys (docs/security.md), or --insecure")
+            }
         }
         if testMode {
             for (setting, endpoint) in [("--command-endpoint", commandEndpoint), ("--update-endpoint", updateEndpoint)]

@@ -1,4 +1,5 @@
 import RollCallCore
+import RollCallSecurity
 import RollCallStore
 
 #if canImport(Glibc)
@@ -61,7 +62,11 @@ public struct BrokerConfiguration: Sendable {
     public var maxConnections = 60_000
     /// The WebSocket front door (docs/websocket.md); off unless ``WebSocketSettings/endpoint`` is set.
     public var webSocket = WebSocketSettings()
-    /// Whether a non-loopback endpoint may be bound without authentication (`--insecure`): refused otherwise.
+    /// CurveZMQ on both endpoints (docs/security.md); `nil` for the NULL mechanism, where every peer may do
+    /// everything.
+    public var curve: CurveSettings?
+    /// Whether a non-loopback endpoint may be bound without authentication (CURVE, or tokens and TLS on the
+    /// WebSocket endpoint) (`--insecure`): refused otherwise.
     public var insecure = false
 
     public init() {}
@@ -75,6 +80,10 @@ public struct BrokerConfiguration: Sendable {
     /// before reading it, so no subscription longer than any topic is ever held.
     public static let maxSubscriptionBytes: Int64 = 256
 
+    /// The same limit with CURVE, where libzmq applies it to the handshake's commands too: a client's INITIATE
+    /// (its vouch and metadata) takes about 300 bytes, and a limit below that refuses every subscriber.
+    public static let maxCurveSubscriptionBytes: Int64 = 1_024
+
     /// The largest group message body the broker publishes: a group's changes beyond it go out as several messages
     /// (docs/groups.md). A stalled subscriber costs at most ``updateHighWaterMark`` times this.
     public static let maxGroupMessageBytes = 16_384
@@ -82,6 +91,22 @@ public struct BrokerConfiguration: Sendable {
     /// The shortest time between two last values (or heartbeats on subscribe) on one topic: subscriptions that come
     /// faster share one.
     public static let replayIntervalMilliseconds: Int64 = 100
+}
+
+/// The broker's CurveZMQ identity and who may connect (`--curve-secret-key-file`, `--authorized-keys`).
+public struct CurveSettings: Sendable {
+    /// The broker's secret key, 40 Z85 characters; clients need its public key.
+    public var secretKey: String
+    /// The keys that may connect, with their roles.
+    public var authorizedKeys: AuthorizedKeys
+    /// Where the table was read from, for reloads on SIGHUP; `nil` for a table given in code.
+    public var authorizedKeysPath: String?
+
+    public init(secretKey: String, authorizedKeys: AuthorizedKeys, authorizedKeysPath: String? = nil) {
+        self.secretKey = secretKey
+        self.authorizedKeys = authorizedKeys
+        self.authorizedKeysPath = authorizedKeysPath
+    }
 }
 
 /// Where a broker keeps its state across restarts.

@@ -11,14 +11,14 @@ public struct BrokerGateway: Sendable {
     /// The broker's settings: the gateway decodes requests with the same limits as the loop.
     public let configuration: BrokerConfiguration
 
-    /// Registers a new WebSocket connection with what it may do (`nil`: everything, no tokens configured); returns
+    /// Registers a new WebSocket connection with what it may do (`.open` when no tokens are configured); returns
     /// the fresh ``ConnectionID`` the loop gave it, or `nil` if the loop did not answer within `timeout` (stopping).
-    public func open(role: Role?, outbox: GatewayOutbox, timeout: Duration = .seconds(2)) async -> ConnectionID? {
+    public func open(access: Access, outbox: GatewayOutbox, timeout: Duration = .seconds(2)) async -> ConnectionID? {
         let answer = OneAnswer<ConnectionID>()
         return await withCheckedContinuation { (continuation: CheckedContinuation<ConnectionID?, Never>) in
             answer.wait(continuation)
             mailbox.post { loop in
-                let id = loop.openGatewayConnection(role: role, outbox: outbox)
+                let id = loop.openGatewayConnection(access: access, outbox: outbox)
                 answer.give(id)
             }
             Task {
@@ -34,10 +34,12 @@ public struct BrokerGateway: Sendable {
         mailbox.post { loop in loop.handleGatewayRequest(request, from: connection) }
     }
 
-    /// A fresh token was accepted for the connection (`auth`): from now on it may do what `role` allows. The loop
-    /// answers the request with `expires`.
-    public func reauthorize(_ connection: ConnectionID, role: Role?, id: JSON?, expires: Int64) {
-        mailbox.post { loop in loop.reauthorizeGatewayConnection(connection, role: role, id: id, expires: expires) }
+    /// A fresh token was accepted for the connection (`auth`): from now on it may do what `access` allows. The
+    /// loop answers the request with `expires`.
+    public func reauthorize(_ connection: ConnectionID, access: Access, id: JSON?, expires: Int64) {
+        mailbox.post { loop in
+            loop.reauthorizeGatewayConnection(connection, access: access, id: id, expires: expires)
+        }
     }
 
     /// The connection closed (either side, TCP gone, ping unanswered, token expired): its subscriptions go, and its

@@ -21,6 +21,8 @@ final class BrokerMetrics {
     private var sessionsEndedReported: [OfflineReason: UInt64] = [:]
     private let refusedConnections = Counter(label: "rollcall_connections_refused_total")
     private let slowWebSockets = Counter(label: "rollcall_websockets_closed_slow_total")
+    private let handshakesRefused = Counter(label: "rollcall_handshakes_refused_total")
+    private let subscriptionsRefused = Counter(label: "rollcall_subscriptions_refused_total")
     private let sessions = Gauge(label: "rollcall_sessions")
     private let usersAvailable = Gauge(label: "rollcall_users_available")
     private let connections = Gauge(label: "rollcall_connections")
@@ -65,6 +67,12 @@ final class BrokerMetrics {
 
     /// A WebSocket connection closed because its send queue went over its bound.
     func closedSlowWebSocket() { slowWebSockets.increment() }
+
+    /// A CURVE handshake refused by the ZAP handler: the client's key is not in the authorized-keys table.
+    func refusedHandshake() { handshakesRefused.increment() }
+
+    /// A subscription the key may not make, not applied.
+    func refusedSubscription() { subscriptionsRefused.increment() }
 
     /// One message published on the update socket.
     func published(_ topic: Topic) {

@@ -1,5 +1,6 @@
 import DequeModule
 import RollCallCore
+import RollCallSecurity
 import RollCallWire
 
 /// Fairness between cheap and expensive requests.
@@ -16,23 +17,23 @@ extension EventLoop {
     enum Work {
         /// The answer is ready (a framing error or a rejected request).
         case answer([UInt8])
-        /// A request to run, from a connection, and the size of its body.
-        case request(RequestEnvelope, connection: ConnectionID?, bytes: Int)
+        /// A request to run, from a connection with what it may do, and the size of its body.
+        case request(RequestEnvelope, connection: ConnectionID?, access: Access, bytes: Int)
         /// A request body to decode and run when its turn comes: queued requests are kept as they came, since a
         /// decoded list of users takes several times the bytes of its JSON.
-        case queued(body: [UInt8], connection: ConnectionID?)
+        case queued(body: [UInt8], connection: ConnectionID?, access: Access)
 
         /// Whether the reply can be large: a group (a page of members) or a query of many users.
         var isExpensive: Bool {
-            guard case .request(let envelope, _, _) = self else { return false }
+            guard case .request(let envelope, _, _, _) = self else { return false }
             return envelope.request.isExpensive
         }
 
         var bytes: Int {
             switch self {
             case .answer(let reply): reply.count
-            case .request(_, _, let bytes): bytes
-            case .queued(let body, _): body.count
+            case .request(_, _, _, let bytes): bytes
+            case .queued(let body, _, _): body.count
             }
         }
     }
@@ -58,7 +59,9 @@ extension EventLoop {
             deferredOrder.append(key)
         }
         var item = DeferredWork(work: work, envelope: envelope, expensive: work.isExpensive)
-        if case .request(_, let connection, _) = work { item.work = .queued(body: body, connection: connection) }
+        if case .request(_, let connection, let access, _) = work {
+            item.work = .queued(body: body, connection: connection, access: access)
+        }
         deferred[key]!.append(item)
         deferredBytes += item.work.bytes
     }
@@ -95,11 +98,12 @@ extension EventLoop {
         guard let queue = deferred.removeValue(forKey: routingID) else { return }
         for item in queue {
             deferredBytes -= item.work.bytes
-            guard case .queued(let body, let connection) = item.work,
+            guard case .queued(let body, let connection, let access) = item.work,
                 case .success(let envelope) = Codec.decodeRequest(body, limits: configuration.presence),
                 !envelope.request.isRead
             else { continue }
-            answer(.request(envelope, connection: connection, bytes: body.count), envelope: item.envelope)
+            answer(
+                .request(envelope, connection: connection, access: access, bytes: body.count), envelope: item.envelope)
         }
     }
 }

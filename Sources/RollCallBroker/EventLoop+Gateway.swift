@@ -9,8 +9,9 @@ struct GatewayTable {
     /// One WebSocket connection as the loop knows it.
     struct Peer {
         let outbox: GatewayOutbox
-        /// What its token allows; `nil` without tokens (everything).
-        var role: Role?
+        /// What its token allows: `.open` without tokens (everything), else the token's role, checked by the same
+        /// ``Authorization`` as a CURVE key's.
+        var access: Access
         /// The topics it subscribes to.
         var topics: Set<[UInt8]> = []
     }
@@ -37,17 +38,17 @@ public enum GatewayCloseCode {
 
 extension EventLoop {
     /// A new WebSocket connection: a fresh connection id from the same count as the command endpoint's.
-    func openGatewayConnection(role: Role?, outbox: GatewayOutbox) -> ConnectionID {
+    func openGatewayConnection(access: Access, outbox: GatewayOutbox) -> ConnectionID {
         let id = connections.issue()
-        gateway.peers[id] = GatewayTable.Peer(outbox: outbox, role: role)
-        logger.debug("websocket opened", metadata: ["connection": "\(id)", "role": "\(role.map { "\($0)" } ?? "any")"])
+        gateway.peers[id] = GatewayTable.Peer(outbox: outbox, access: access)
+        logger.debug("websocket opened", metadata: ["connection": "\(id)", "access": "\(access)"])
         return id
     }
 
     /// A new token for an open connection.
-    func reauthorizeGatewayConnection(_ id: ConnectionID, role: Role?, id requestID: JSON?, expires: Int64) {
+    func reauthorizeGatewayConnection(_ id: ConnectionID, access: Access, id requestID: JSON?, expires: Int64) {
         guard gateway.peers[id] != nil else { return }
-        gateway.peers[id]?.role = role
+        gateway.peers[id]?.access = access
         deliver(Codec.encodeGatewayReply(id: requestID, expires: expires), to: id)
         gateway.peers[id]?.outbox.requestDone()
     }
@@ -61,7 +62,7 @@ extension EventLoop {
             metrics.request(nil, failed: rejection.error.code)
             deliver(Codec.encodeReply(id: rejection.id, .failure(rejection.error)), to: id)
         case .success(.request(let envelope)):
-            let result = counted(envelope.request, connection: id)
+            let result = counted(envelope.request, connection: id, access: peer.access)
             deliver(Codec.encodeReply(id: envelope.id, result, maxBytes: configuration.maxReplyBytes), to: id)
         case .success(.subscribe(let requestID, let topics)):
             subscribe(id, to: topics, requestID: requestID)
@@ -82,7 +83,8 @@ extension EventLoop {
     /// value of each new topic, by the same coalesced replay as on the update socket.
     private func subscribe(_ id: ConnectionID, to topics: [Topic], requestID: JSON?) {
         guard var peer = gateway.peers[id] else { return }
-        if let refused = topics.first(where: { !Self.allows(subscription: $0, by: peer.role) }) {
+        if let refused = topics.first(where: { !Authorization.allowsSubscription(to: $0.bytes, by: peer.access) }) {
+            metrics.refusedSubscription()
             metrics.request(nil, failed: .forbidden)
             deliver(
                 Codec.encodeReply(
@@ -132,13 +134,6 @@ extension EventLoop {
         }
         gateway.subscribers[topic]?.remove(id)
         if gateway.subscribers[topic]?.isEmpty == true { gateway.subscribers[topic] = nil }
-    }
-
-    /// Whether a connection with `role` may subscribe to `topic`: exact topics for everyone, every user's records
-    /// (`presence/`) for operators, readers and connections without tokens.
-    static func allows(subscription topic: Topic, by role: Role?) -> Bool {
-        guard case .user = role else { return true }
-        return topic != .allPresence
     }
 
     /// The connection closed, or the loop closes it: its subscriptions go, and its sessions end by the close path.

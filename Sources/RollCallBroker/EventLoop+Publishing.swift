@@ -92,6 +92,6 @@ extension EventLoop {
         BrokerHeartbeat(
             broker: configuration.brokerID, epoch: epoch, time: now,
             intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
-            usersAvailable: core.availableUserCount, sessions: core.sessionCount, dropped: pending.dropped)
+            usersAvailable: core.availableUserCount, sessions: core.visibleSessionCount, dropped: pending.dropped)
     }
 }

@@ -1,5 +1,6 @@
 import Logging
 import RollCallCore
+import RollCallSecurity
 import RollCallWire
 import ZeroMQ
 
@@ -16,7 +17,8 @@ extension EventLoop {
         for _ in 0..<Self.batch {
             guard deferredBytes < Self.maxDeferredBytes else { return }
             guard
-                let (frames, truncated) = try router.receiveMessage(maxFrames: Self.maxFrames, sourceDescriptor: true)
+                let (frames, truncated) = try router.receiveMessage(
+                    maxFrames: Self.maxFrames, sourceDescriptor: true, userID: authorizedKeys != nil)
             else { return }
             handle(frames, truncated: truncated)
         }
@@ -69,7 +71,9 @@ extension EventLoop {
                 metrics.request(nil, failed: rejection.error.code)
                 work = .answer(Codec.encodeReply(id: rejection.id, .failure(rejection.error)))
             case .success(let request):
-                work = .request(request, connection: connection, bytes: frames[bodyStart].bytes.count)
+                work = .request(
+                    request, connection: connection, access: access(userID: frames[bodyStart].userID),
+                    bytes: frames[bodyStart].bytes.count)
             }
         }
         // The look-up by routing id only when anything is queued at all: most rounds nothing is.
@@ -86,15 +90,15 @@ extension EventLoop {
         switch work {
         case .answer(let bytes):
             reply = bytes
-        case .request(let request, let connection, _):
+        case .request(let request, let connection, let access, _):
             reply = Codec.encodeReply(
-                id: request.id, counted(request.request, connection: connection),
+                id: request.id, counted(request.request, connection: connection, access: access),
                 maxBytes: configuration.maxReplyBytes)
-        case .queued(let body, let connection):
+        case .queued(let body, let connection, let access):
             switch Codec.decodeRequest(body, limits: configuration.presence) {
             case .success(let request):
                 reply = Codec.encodeReply(
-                    id: request.id, counted(request.request, connection: connection),
+                    id: request.id, counted(request.request, connection: connection, access: access),
                     maxBytes: configuration.maxReplyBytes)
             case .failure(let rejection):  // it was decoded once already; the same bytes decode the same way
                 reply = Codec.encodeReply(id: rejection.id, .failure(rejection.error))
@@ -108,9 +112,16 @@ extension EventLoop {
         }
     }
 
-    /// Runs a request and counts its outcome for `rollcall_requests_total`.
-    func counted(_ request: Request, connection: ConnectionID?) -> Result<Reply, PresenceError> {
-        let result = execute(request, connection: connection)
+    /// Authorizes and runs a request, and counts its outcome for `rollcall_requests_total`. A refused request
+    /// changes nothing.
+    func counted(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
+        let result: Result<Reply, PresenceError>
+        if let refusal = Authorization.refusal(of: request, by: access, owner: { core.user(of: $0) }) {
+            logger.debug("request forbidden", metadata: ["op": "\(request.op)", "reason": "\(refusal.message)"])
+            result = .failure(refusal)
+        } else {
+            result = execute(request, connection: connection, access: access)
+        }
         switch result {
         case .success: metrics.request(request, failed: nil)
         case .failure(let error): metrics.request(request, failed: error.code)
@@ -118,7 +129,7 @@ extension EventLoop {
         return result
     }
 
-    func execute(_ request: Request, connection: ConnectionID?) -> Result<Reply, PresenceError> {
+    func execute(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
         let now = clock.now()
         switch request {
         case .hello(let hello):
@@ -141,7 +152,12 @@ extension EventLoop {
             // Where each distinct user was first named: a paged reply's `next` points back into the request.
             var seen = Set<UserID>()
             let positions = users.indices.filter { seen.insert(users[$0]).inserted }
-            return core.query(users, now: now).map { .query($0, positions: positions) }
+            // The truth about an invisible user for the user's own keys and connections, and for operators.
+            let seesTruth = { (user: UserID) in
+                access.seesTruth(about: user)
+                    || connection.map { self.core.connection($0, carriesSessionOf: user) } == true
+            }
+            return core.query(users, now: now, seesTruth: seesTruth).map { .query($0, positions: positions) }
         case .ping:
             return .success(
                 .ping(

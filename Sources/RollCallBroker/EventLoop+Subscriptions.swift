@@ -1,5 +1,6 @@
 import Logging
 import RollCallCore
+import RollCallSecurity
 import RollCallWire
 import ZeroMQ
 
@@ -11,20 +12,30 @@ extension EventLoop {
     /// user's record (last value on subscribe), one to `group/<id>/` the group's aggregate, one to `broker/` a
     /// heartbeat; XPUB_VERBOSE passes every subscription, also a topic's second subscriber. These replays are
     /// coalesced per topic (``ReplayCoalescer``), so that a flood of subscriptions cannot multiply them.
+    ///
+    /// With CURVE the XPUB is in manual mode: libzmq applies nothing by itself, and the loop applies each
+    /// subscription the key may make (``Authorization/allowsSubscription(to:by:)``) before it reads the next
+    /// message, since libzmq applies it to the connection that sent the last one read (libzmq#1568), as far as
+    /// ``ManualSubscriptionGate`` finds it safe.
     func handleSubscriptions() throws {
+        let manual = authorizedKeys != nil
         for _ in 0..<Self.batch {
-            guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1) else { return }
-            guard let first = frames.first?.bytes.first, first <= 1 else { continue }
-            let topicBytes = frames[0].bytes.dropFirst()
-            // XPUB passes every subscription (verbose) but an unsubscription only when a topic's last subscriber
-            // leaves: what is left in the set is the topics somebody follows.
-            guard first == 1 else {
-                if subscribedTopics.remove(Array(topicBytes)) != nil {
-                    logger.debug("topic has no subscriber left", metadata: ["topic": "\(Self.printable(topicBytes))"])
-                }
+            guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1, userID: manual) else {
+                if manual { subscriptionGate.drained() }
+                return
+            }
+            let first = frames[0].bytes.first
+            if manual {
+                guard authorize(frames[0]) else { continue }
+            } else if first.map({ $0 > 1 }) ?? true {
                 continue
             }
-            if subscribedTopics.count < Self.trackedTopicLimit { subscribedTopics.insert(Array(topicBytes)) }
+            let topicBytes = frames[0].bytes.dropFirst()
+            guard first == 1 else {
+                noteUnsubscribed(topicBytes, manual: manual)
+                continue
+            }
+            noteSubscribed(topicBytes, manual: manual)
             guard let topic = Topic(subscription: topicBytes) else { continue }
             switch topic {
             case .allPresence:
@@ -33,6 +44,81 @@ extension EventLoop {
                 logger.debug("subscribed", metadata: ["topic": "\(topic.text)"])
                 if replays.request(topic, now: clock.now()) { replay(topic) }
             }
+        }
+    }
+
+    /// Counts a topic's subscriber for the `rollcall_subscriptions` gauge. Without manual mode XPUB passes every
+    /// subscription (verbose) but an unsubscription only when a topic's last subscriber leaves, so a set suffices;
+    /// in manual mode every unsubscription is passed, so subscribers are counted per topic.
+    private func noteSubscribed(_ topic: ArraySlice<UInt8>, manual: Bool) {
+        let key = Array(topic)
+        guard subscribedTopics.count < Self.trackedTopicLimit || subscribedTopics.contains(key) else { return }
+        subscribedTopics.insert(key)
+        if manual { manualSubscriberCounts[key, default: 0] += 1 }
+    }
+
+    private func noteUnsubscribed(_ topic: ArraySlice<UInt8>, manual: Bool) {
+        let key = Array(topic)
+        if manual {
+            guard let count = manualSubscriberCounts[key] else { return }
+            guard count <= 1 else {
+                manualSubscriberCounts[key] = count - 1
+                return
+            }
+            manualSubscriberCounts[key] = nil
+        }
+        if subscribedTopics.remove(key) != nil {
+            logger.debug("topic has no subscriber left", metadata: ["topic": "\(Self.printable(topic))"])
+        }
+    }
+
+    /// In manual mode, applies a subscription or unsubscription if the connection's key allows it and it is safe
+    /// (``ManualSubscriptionGate``); whether the loop should go on with it (count it, send its last value).
+    private func authorize(_ frame: Socket.Frame) -> Bool {
+        let bytes = frame.bytes
+        let topic = bytes.dropFirst()
+        let message: ManualSubscriptionGate.Message
+        switch bytes.first {
+        case 1?:
+            switch Topic(subscription: topic) {
+            case .presence?, .group?, .broker?: message = .subscribe(exactTopic: true)
+            case .allPresence?, nil: message = .subscribe(exactTopic: false)
+            }
+        case 0?: message = .unsubscribe(fromPeer: frame.userID != nil)
+        default: message = .other
+        }
+        var allowed = true
+        if case .subscribe = message {
+            allowed = Authorization.allowsSubscription(to: topic, by: access(userID: frame.userID))
+        }
+        switch subscriptionGate.decide(message, allowed: allowed) {
+        case .ignore where message == .other:
+            metrics.refusedSubscription()
+            let now = clock.now()
+            if lastSubscriptionWarning.map({ now - $0 >= 10_000 }) ?? true {
+                lastSubscriptionWarning = now
+                logger.warning(
+                    """
+                    a subscriber sent a message that is not a subscription; until the update endpoint is read empty, \
+                    only exact topics are applied (logged at most every 10 s)
+                    """,
+                    metadata: ["key": "\(frame.userID.flatMap(CurveKey.init).map(\.description) ?? "-")"])
+            }
+            return false
+        case .ignore:
+            return true  // libzmq's own unsubscription at a disconnect: counted, nothing to apply
+        case .refuse:
+            metrics.refusedSubscription()
+            logger.debug("subscription not applied", metadata: ["topic": "\(Self.printable(topic))"])
+            return false
+        case .apply:
+            do {
+                try xpub.set(bytes[0] == 1 ? .subscribe(Array(topic)) : .unsubscribe(Array(topic)))
+            } catch {
+                logger.error("(un)subscribe failed", metadata: ["error": "\(error)"])
+                return false
+            }
+            return true
         }
     }
 

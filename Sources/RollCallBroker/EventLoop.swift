@@ -1,6 +1,7 @@
 import DequeModule
 import Logging
 import RollCallCore
+import RollCallSecurity
 import RollCallStore
 import RollCallWire
 import Synchronization
@@ -17,6 +18,18 @@ final class EventLoop {
     let xpub: Socket
     let wake: Socket
     let monitor: Socket
+    /// The ZAP handler's socket (RFC 27), with CURVE only: every handshake on either endpoint asks it.
+    let zap: Socket?
+    /// The keys that may connect and their roles, with CURVE only (`nil`: every peer may do everything). SIGHUP
+    /// replaces it (``replace(authorizedKeys:)``).
+    var authorizedKeys: AuthorizedKeys?
+    /// When a refused handshake was last logged.
+    var lastHandshakeWarning: BrokerTime?
+    /// What may be applied in the XPUB's manual mode (CURVE), and when a subscriber's stray message was last logged.
+    var subscriptionGate = ManualSubscriptionGate()
+    var lastSubscriptionWarning: BrokerTime?
+    /// Subscribers per topic in manual mode, for the gauge (manual mode reports every unsubscription).
+    var manualSubscriberCounts: [[UInt8]: Int] = [:]
     let logger: Logger
     var clock: BrokerClock
     var core: PresenceCore
@@ -62,9 +75,11 @@ final class EventLoop {
 
     init(
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
-        monitor: Socket, store: (any PresenceStore)?, logger: Logger, wakeLoop: @escaping @Sendable () -> Void,
-        mailbox: LoopMailbox, heartbeat: LoopHeartbeat
+        monitor: Socket, zap: Socket? = nil, store: (any PresenceStore)?, logger: Logger,
+        wakeLoop: @escaping @Sendable () -> Void, mailbox: LoopMailbox, heartbeat: LoopHeartbeat
     ) throws {
+        self.zap = zap
+        self.authorizedKeys = configuration.curve?.authorizedKeys
         self.mailbox = mailbox
         self.loopBeat = heartbeat
         self.configuration = configuration
@@ -104,6 +119,7 @@ final class EventLoop {
             xpub.close()
             wake.close()
             monitor.close()
+            zap?.close()
         }
         do {
             try turn(until: stopping)
@@ -125,7 +141,7 @@ final class EventLoop {
     }
 
     private func turn(until stopping: borrowing Atomic<Bool>) throws {
-        var poller = Poller([router, xpub, wake, monitor])
+        var poller = Poller([router, xpub, wake, monitor] + (zap.map { [$0] } ?? []))
         nextHeartbeat = clock.now()
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let ready = try poller.poll(timeout: pollTimeout())
@@ -134,6 +150,8 @@ final class EventLoop {
                 try wake.drain()
                 for job in mailbox.take() { job(self) }
             }
+            // Handshakes first: a client waits for the answer before it can send anything.
+            if zap != nil && ready[4] { try handleAuthentication() }
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
             if ready[0] { try handleRequests() }

@@ -8,34 +8,56 @@ public final class CommandClient {
     public let endpoint: String
     /// How long a call waits for its reply.
     public var timeoutMilliseconds: Int
+    /// The keys for a broker that runs CURVE; `nil` for one without.
+    public let credentials: CurveCredentials?
     private let context: Context
     private var socket: Socket
+    private var handshakes: HandshakeWatch
     private var nextID: Int64 = 0
 
-    /// Connects to `endpoint`. Clients share the process's one context unless given another.
-    public init(endpoint: String, timeoutMilliseconds: Int = 3_000, context: Context? = nil) throws {
+    /// Connects to `endpoint`, with CURVE when given `credentials`. Clients share the process's one context unless
+    /// given another.
+    public init(
+        endpoint: String, timeoutMilliseconds: Int = 3_000, credentials: CurveCredentials? = nil,
+        context: Context? = nil
+    ) throws {
         self.endpoint = endpoint
         self.timeoutMilliseconds = timeoutMilliseconds
+        self.credentials = credentials
         let context = try context ?? .shared()
         self.context = context
-        socket = try Self.connect(endpoint, context)
+        (socket, handshakes) = try Self.connect(endpoint, credentials, context)
     }
 
+    deinit { handshakes.close() }
+
     /// A DEALER that queues requests only on a live connection (ZMQ_IMMEDIATE): while the broker is unreachable
-    /// a request fails its call instead of waiting in a queue to be delivered, stale, after a reconnection.
-    private static func connect(_ endpoint: String, _ context: Context) throws -> Socket {
+    /// a request fails its call instead of waiting in a queue to be delivered, stale, after a reconnection. With
+    /// Its handshakes are watched, so that a refused key, or a broker that wants CURVE, is reported as such.
+    private static func connect(
+        _ endpoint: String, _ credentials: CurveCredentials?, _ context: Context
+    ) throws -> (Socket, HandshakeWatch) {
         let socket = try Socket(context, .dealer)
         try socket.set(.linger(milliseconds: 0))
         try socket.set(.immediate(true))
+        try credentials?.apply(to: socket)
+        let handshakes = try HandshakeWatch(socket, curve: credentials != nil, context: context)
         try socket.connect(endpoint)
-        return socket
+        return (socket, handshakes)
     }
 
     /// Drops the connection and anything queued on it, and connects again.
     public func reconnect() throws {
-        let fresh = try Self.connect(endpoint, context)  // first, so that a failure leaves the old one usable
+        // First, so that a failure leaves the old one usable.
+        let (fresh, watch) = try Self.connect(endpoint, credentials, context)
         socket.close()
-        socket = fresh
+        handshakes.close()
+        (socket, handshakes) = (fresh, watch)
+    }
+
+    /// The error for a call that got no answer: a refused handshake if that is why, else a timeout.
+    private func unanswered(_ op: String) -> ClientError {
+        handshakes.refusal() ?? .timedOut(op: op, milliseconds: timeoutMilliseconds)
     }
 
     /// Sends a request and waits for its reply; replies to earlier, abandoned calls are skipped.
@@ -47,9 +69,7 @@ public final class CommandClient {
         // Until the connection is up a send finds no peer (ZMQ_IMMEDIATE): wait until the socket can send.
         var writable = Poller([socket], events: .writable)
         while try !socket.send(body) {
-            guard let remaining = deadline.remaining else {
-                throw ClientError.timedOut(op: request.op, milliseconds: timeoutMilliseconds)
-            }
+            guard let remaining = deadline.remaining else { throw unanswered(request.op) }
             _ = try writable.poll(timeout: remaining)
         }
         var poller = Poller([socket])
@@ -70,7 +90,7 @@ public final class CommandClient {
                 }
             }
         }
-        throw ClientError.timedOut(op: request.op, milliseconds: timeoutMilliseconds)
+        throw unanswered(request.op)
     }
 
     /// Opens a session.

@@ -29,11 +29,12 @@ public final class PresenceSession: Sendable {
     /// Says hello over a new connection to `endpoint` (failing if the broker does not answer) and starts the
     /// session's thread. `onState` is called on that thread whenever the state changes.
     public init(
-        endpoint: String, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000, context: Context? = nil,
-        onState: (@Sendable (State) -> Void)? = nil
+        endpoint: String, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
+        credentials: CurveCredentials? = nil, context: Context? = nil, onState: (@Sendable (State) -> Void)? = nil
     ) throws {
         let context = try context ?? .shared()
-        let client = try CommandClient(endpoint: endpoint, timeoutMilliseconds: timeoutMilliseconds, context: context)
+        let client = try CommandClient(
+            endpoint: endpoint, timeoutMilliseconds: timeoutMilliseconds, credentials: credentials, context: context)
         granted = try client.hello(hello)
         machine = Mutex(SessionMachine(hello: hello, granted: granted, now: 0))
         self.onState = onState

@@ -8,11 +8,13 @@ public final class PresenceSubscriber {
     private let context: Context
     private let socket: Socket
 
-    public init(endpoint: String) throws {
+    /// Connects to `endpoint`, with CURVE when given `credentials`.
+    public init(endpoint: String, credentials: CurveCredentials? = nil) throws {
         self.endpoint = endpoint
         context = try Context()
         socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
+        try credentials?.apply(to: socket)
         try socket.connect(endpoint)
     }
 
@@ -23,6 +25,23 @@ public final class PresenceSubscriber {
     public func subscribeAll() throws { try socket.set(.subscribe(Topic.allPresence.bytes)) }
 
     public func unsubscribe(_ user: UserID) throws { try socket.set(.unsubscribe(Topic.presence(user).bytes)) }
+
+    /// Subscribes to any prefix, such as `group/team/` or `broker/`.
+    public func subscribe(prefix: [UInt8]) throws { try socket.set(.subscribe(prefix)) }
+
+    /// The next message on any topic followed, as its topic and body, or `nil` if none arrives within `timeout`
+    /// milliseconds.
+    public func nextMessage(timeout milliseconds: Int) throws -> (topic: String, body: [UInt8])? {
+        let deadline = Deadline(milliseconds: milliseconds)
+        var poller = Poller([socket])
+        while true {
+            while let (frames, _) = try socket.receiveMessage() {
+                guard frames.count == 2 else { continue }
+                return (String(decoding: frames[0].bytes, as: UTF8.self), frames[1].bytes)
+            }
+            guard let remaining = deadline.remaining, try poller.poll(timeout: remaining)[0] else { return nil }
+        }
+    }
 
     /// The next record, or `nil` if none arrives within `timeout` milliseconds. Messages that are not records
     /// (of other topics, or malformed) are skipped.

@@ -60,14 +60,21 @@ public final class PresenceWatcher: Sendable {
     private let waker: Waker
     private let finished = DispatchSemaphore(value: 0)
     private let commandEndpoint: String?
+    private let credentials: CurveCredentials?
 
-    /// A watcher of the update endpoint `endpoint`. With `commandEndpoint`, it also `query`s the users it has seen
+    /// A watcher of the update endpoint `endpoint`, with CURVE when given `credentials`. With `commandEndpoint`, it
+    /// also `query`s the users it has seen
     /// when it resynchronises, which covers users followed through ``observeAll(_:)``.
-    public init(endpoint: String, commandEndpoint: String? = nil, context: Context? = nil) throws {
+    public init(
+        endpoint: String, commandEndpoint: String? = nil, credentials: CurveCredentials? = nil,
+        context: Context? = nil
+    ) throws {
         self.commandEndpoint = commandEndpoint
+        self.credentials = credentials
         let context = try context ?? .shared()
         let socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
+        try credentials?.apply(to: socket)
         try socket.connect(endpoint)
         let name = "watcher-\(Self.instances.add(1, ordering: .relaxed).newValue)"
         let (waker, wakeSocket) = try Waker.make(context: context, name: name)
@@ -236,7 +243,8 @@ public final class PresenceWatcher: Sendable {
             }
         }
         guard let commandEndpoint, !seen.isEmpty,
-            let client = try? CommandClient(endpoint: commandEndpoint, timeoutMilliseconds: 3_000)
+            let client = try? CommandClient(
+                endpoint: commandEndpoint, timeoutMilliseconds: 3_000, credentials: credentials)
         else { return }
         let users = Array(seen.keys)
         for start in stride(from: 0, to: users.count, by: 1_000) {

@@ -35,7 +35,7 @@ public struct StatusCounts: Equatable, Sendable {
             case .online: online
             case .busy: busy
             case .away: away
-            case .offline: offline
+            case .offline, .invisible: offline  // an invisible user counts as offline
             }
         }
         set {
@@ -43,7 +43,7 @@ public struct StatusCounts: Equatable, Sendable {
             case .online: online = newValue
             case .busy: busy = newValue
             case .away: away = newValue
-            case .offline: offline = newValue
+            case .offline, .invisible: offline = newValue
             }
         }
     }

@@ -1,22 +1,52 @@
 /// Users' records: how sessions add up to one record, and reading them.
 extension PresenceCore {
-    /// The record of `user` as of `now`.
+    /// The record of `user` as of `now`, as everyone sees it: `invisible` sessions left out as if they did not
+    /// exist.
     public func record(of user: UserID, now: BrokerTime) -> PresenceRecord {
         guard let state = users[user] else { return .unknown(user) }
         return PresenceRecord(
             user: user, status: state.status, text: state.text, since: state.since,
-            lastSeen: state.status.isAvailable ? now : state.lastSeen, sessions: state.sessions.count,
+            lastSeen: state.status.isAvailable ? now : state.lastSeen, sessions: state.publishedSessions,
             seq: state.seq, reason: state.status.isAvailable ? nil : state.reason)
     }
 
-    /// The records of up to ``Configuration/maxQueryUsers`` users, each once, in the order first named.
-    public func query(_ users: [UserID], now: BrokerTime) -> Result<[PresenceRecord], PresenceError> {
+    /// The record of `user` as the user's own sessions and operators see it: the sessions count every live session,
+    /// and a user whose only live sessions are `invisible` shows as `invisible`, last seen now. Never published.
+    public func trueRecord(of user: UserID, now: BrokerTime) -> PresenceRecord {
+        var record = record(of: user, now: now)
+        guard let state = users[user] else { return record }
+        let live = state.sessions.compactMap { sessions[$0] }.filter { !$0.isPlaceholder }
+        record.sessions = state.sessions.count
+        guard !record.status.isAvailable,
+            let hidden = live.filter({ $0.status == .invisible }).max(by: { $0.statusOrder < $1.statusOrder })
+        else { return record }
+        record.status = .invisible
+        record.text = hidden.text
+        record.lastSeen = now
+        record.reason = nil
+        return record
+    }
+
+    /// Whether `connection` carries a live session of `user`: such a connection is the user's own and may see the
+    /// truth about them (``trueRecord(of:now:)``).
+    public func connection(_ connection: ConnectionID, carriesSessionOf user: UserID) -> Bool {
+        connections[connection]?.contains { sessions[$0]?.user == user } ?? false
+    }
+
+    /// The records of up to ``Configuration/maxQueryUsers`` users, each once, in the order first named. The users
+    /// for whom `seesTruth` says yes get their ``trueRecord(of:now:)``, the others their public record.
+    public func query(
+        _ users: [UserID], now: BrokerTime, seesTruth: (UserID) -> Bool = { _ in false }
+    ) -> Result<[PresenceRecord], PresenceError> {
         guard users.count <= configuration.maxQueryUsers else {
             return .failure(
                 PresenceError(.limit, "query names \(users.count) users; at most \(configuration.maxQueryUsers)"))
         }
         var seen = Set<UserID>()
-        return .success(users.filter { seen.insert($0).inserted }.map { record(of: $0, now: now) })
+        return .success(
+            users.filter { seen.insert($0).inserted }.map {
+                seesTruth($0) ? trueRecord(of: $0, now: now) : record(of: $0, now: now)
+            })
     }
 
     /// Recomputes the record of `user` from its sessions. Returns it if it changed (with a new `seq`), or nothing.
@@ -24,8 +54,10 @@ extension PresenceCore {
     mutating func refresh(_ user: UserID, now: BrokerTime, reason: OfflineReason) -> [PresenceRecord] {
         guard var state = users[user] else { return [] }
         var winner: Session?
+        var visible = 0  // an invisible session is left out as if it did not exist
         for id in state.sessions {
-            guard let session = sessions[id] else { continue }
+            guard let session = sessions[id], session.status != .invisible else { continue }
+            visible += 1
             if let best = winner,
                 session.status < best.status
                     || (session.status == best.status && session.statusOrder < best.statusOrder)
@@ -38,7 +70,7 @@ extension PresenceCore {
         let text = winner?.text
 
         let statusChanged = status != state.status || !sameBytes(text, state.text)
-        guard statusChanged || state.sessions.count != state.publishedSessions else { return [] }
+        guard statusChanged || visible != state.publishedSessions else { return [] }
         if statusChanged || state.since == nil { state.since = now }
         if status.isAvailable || state.status.isAvailable { state.lastSeen = now }
         if state.status.isAvailable && !status.isAvailable { state.reason = reason }
@@ -46,7 +78,7 @@ extension PresenceCore {
         if previous.isAvailable != status.isAvailable { availableUserCount += status.isAvailable ? 1 : -1 }
         state.status = status
         state.text = text
-        state.publishedSessions = state.sessions.count
+        state.publishedSessions = visible
         state.seq = nextSeq(after: state.seq, now: now)
         users[user] = state
         if tracksChanges { changedUsers.insert(user) }

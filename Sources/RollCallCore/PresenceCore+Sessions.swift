@@ -75,6 +75,7 @@ extension PresenceCore {
             user: hello.user, device: hello.device, status: hello.status, text: normalized(hello.text),
             statusOrder: statusChanges, ttl: ttl, now: now, connection: connection,
             keptByConnection: hello.keepAlive == .connection)
+        if hello.status == .invisible { invisibleSessionCount += 1 }
         users[hello.user, default: User()].sessions.append(id)
         if recordsSessionEvents { sessionEvents.append(.opened(id, hello.user, connection: connection)) }
         if let connection { connections[connection, default: []].insert(id) }
@@ -104,6 +105,8 @@ extension PresenceCore {
         var updates: [PresenceRecord] = []
         if sessions[id]!.status != status || !sameBytes(sessions[id]!.text, text) {
             statusChanges += 1
+            if sessions[id]!.status == .invisible { invisibleSessionCount -= 1 }
+            if status == .invisible { invisibleSessionCount += 1 }
             sessions[id]!.status = status
             sessions[id]!.text = text
             sessions[id]!.statusOrder = statusChanges
@@ -141,6 +144,12 @@ extension PresenceCore {
             .map(Action.publish)
     }
 
+    /// The user of live session `id`, or `nil` if there is no such session: whose session a request touches.
+    public func user(of id: SessionID) -> UserID? {
+        guard let session = sessions[id], !session.isPlaceholder else { return nil }
+        return session.user
+    }
+
     // MARK: Helpers
 
     /// Renews a live session and moves it to `connection`; returns its user, or `nil` if it is not live.
@@ -167,6 +176,7 @@ extension PresenceCore {
             if recordsSessionEvents && !counted { sessionEvents.append(.ended(id, user, reason)) }
             if let connection = session.connection { removeFromConnection(connection, id) }
             if session.isPlaceholder { placeholderCount -= 1 }
+            if session.status == .invisible { invisibleSessionCount -= 1 }
         }
         users[user]?.sessions.removeAll { ids.contains($0) }
         compactExpiriesIfStale()

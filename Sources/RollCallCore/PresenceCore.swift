@@ -89,6 +89,12 @@ public struct PresenceCore: Sendable {
     /// The number of live sessions.
     public var sessionCount: Int { sessions.count }
 
+    /// Live sessions whose status is `invisible`.
+    var invisibleSessionCount = 0
+
+    /// The number of live sessions others may know of: the `invisible` ones left out (the broker heartbeat's count).
+    public var visibleSessionCount: Int { sessions.count - invisibleSessionCount }
+
     /// Sessions ended since the core was made, by why they ended (one count per session, not per user): for
     /// metrics.
     public internal(set) var sessionsEnded: [OfflineReason: UInt64] = [:]

@@ -1,6 +1,11 @@
 /// What a session says about its user. `offline` means connected but not available (an app in the background).
+/// `invisible` ("appear offline") is a session's own status only: everyone else sees the user as if that session
+/// did not exist, so no record that others receive ever carries it.
 public enum Status: String, Sendable, CaseIterable, Comparable {
-    case online, busy, away, offline
+    case online, busy, away, offline, invisible
+
+    /// The statuses others can see, in the order records and group counts list them: every case but `invisible`.
+    public static let published: [Status] = [.online, .busy, .away, .offline]
 
     /// How available the status is; a user's effective status is that of the most available session.
     public var availability: Int {
@@ -8,12 +13,13 @@ public enum Status: String, Sendable, CaseIterable, Comparable {
         case .online: 3
         case .busy: 2
         case .away: 1
-        case .offline: 0
+        case .offline, .invisible: 0
         }
     }
 
-    /// Whether a user with this status counts as available (anything but `offline`).
-    public var isAvailable: Bool { self != .offline }
+    /// Whether a user with this status counts as available (anything but `offline`; `invisible` sessions are left
+    /// out before this question is asked).
+    public var isAvailable: Bool { self != .offline && self != .invisible }
 
     public static func < (lhs: Status, rhs: Status) -> Bool { lhs.availability < rhs.availability }
 }

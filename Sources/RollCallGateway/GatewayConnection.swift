@@ -31,7 +31,7 @@ struct GatewayConnection {
             return
         }
         let outbox = GatewayOutbox(limitBytes: configuration.webSocket.sendQueueBytes)
-        guard let id = await gateway.open(role: grant?.role, outbox: outbox) else {
+        guard let id = await gateway.open(access: grant.map { .role($0.role) } ?? .open, outbox: outbox) else {
             try await outbound.close(.init(codeNumber: Int(GatewayCloseCode.unavailable)), reason: "broker stopping")
             return
         }
@@ -101,7 +101,7 @@ struct GatewayConnection {
                 return
             }
             expiry.set(fresh.expires)
-            gateway.reauthorize(id, role: fresh.role, id: requestID, expires: fresh.expires)
+            gateway.reauthorize(id, access: .role(fresh.role), id: requestID, expires: fresh.expires)
         } catch {
             logger.debug("fresh token refused", metadata: ["reason": "\(error)"])
             gateway.handle(

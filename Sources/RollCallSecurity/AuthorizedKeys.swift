@@ -1,3 +1,4 @@
+import Foundation
 import RollCallCore
 
 /// What a key may do (docs/protocol.md, security): a `user` key acts as one user only, an `operator` key as anyone,
@@ -74,4 +75,46 @@ public struct AuthorizedKeys: Equatable, Sendable {
 
     /// The role of `key`, or `nil` if it may not connect.
     public func role(of key: CurveKey) -> Role? { roles[key] }
+}
+
+/// Why an authorized-keys file cannot be used: it cannot be read, or a line is malformed.
+public struct AuthorizedKeysError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var path: String
+    public var reason: String
+    public var description: String { "\(path): \(reason)" }
+
+    public init(path: String, reason: String) {
+        self.path = path
+        self.reason = reason
+    }
+}
+
+extension AuthorizedKeys {
+    /// The largest authorized-keys file read: about 10,000 keys with comments.
+    public static let maxFileBytes = 4 * 1_048_576
+
+    /// Reads and parses the file at `path`: the whole file, or an error that names the line at fault.
+    public static func load(path: String) -> Result<AuthorizedKeys, AuthorizedKeysError> {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            return .failure(AuthorizedKeysError(path: path, reason: "cannot be opened for reading"))
+        }
+        defer { try? handle.close() }
+        let data: Data
+        do {
+            data = try handle.read(upToCount: maxFileBytes + 1) ?? Data()
+        } catch {
+            return .failure(AuthorizedKeysError(path: path, reason: "cannot be read (\(error.localizedDescription))"))
+        }
+        guard data.count <= maxFileBytes else {
+            return .failure(AuthorizedKeysError(path: path, reason: "is larger than \(maxFileBytes) bytes"))
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            return .failure(AuthorizedKeysError(path: path, reason: "is not UTF-8 text"))
+        }
+        do {
+            return .success(try AuthorizedKeys(parsing: text))
+        } catch {
+            return .failure(AuthorizedKeysError(path: path, reason: error.description))
+        }
+    }
 }

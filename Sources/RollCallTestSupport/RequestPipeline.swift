@@ -1,3 +1,4 @@
+import RollCallClient
 import RollCallCore
 import RollCallWire
 import ZeroMQ
@@ -16,10 +17,11 @@ public final class RequestPipeline {
     /// When set, every reply body is kept here, in order (replies on one DEALER come back in request order).
     public var collected: [[UInt8]]?
 
-    public init(endpoint: String, window: Int = 512) throws {
+    public init(endpoint: String, window: Int = 512, credentials: CurveCredentials? = nil) throws {
         context = try Context()
         socket = try Socket(context, .dealer)
         try socket.set(.linger(milliseconds: 0))
+        try credentials?.apply(to: socket)
         try socket.set(.sendHighWaterMark(100_000))
         try socket.set(.receiveHighWaterMark(100_000))
         try socket.connect(endpoint)

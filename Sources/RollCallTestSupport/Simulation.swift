@@ -16,8 +16,8 @@ public struct Simulation {
     var elapsed = 0.0
 
     /// Opens a session for each of `users` over one connection to `endpoint`.
-    public init(endpoint: String, users: [UserID], seed: UInt64) throws {
-        client = try CommandClient(endpoint: endpoint)
+    public init(endpoint: String, users: [UserID], seed: UInt64, credentials: CurveCredentials? = nil) throws {
+        client = try CommandClient(endpoint: endpoint, credentials: credentials)
         self.users = users
         random = SplitMix64(seed: seed)
         statuses = Array(repeating: .online, count: users.count)
@@ -59,7 +59,7 @@ public struct Simulation {
 
     private mutating func change() {
         let index = Int(random.next() % UInt64(users.count))
-        let choices = Status.allCases.filter { $0 != statuses[index] }
+        let choices = Status.published.filter { $0 != statuses[index] }
         let status = choices[Int(random.next() % UInt64(choices.count))]
         changes += 1
         let (client, session) = (client, sessions[index])

@@ -202,7 +202,7 @@ extension Codec {
             throw MalformedMessage(description: "group counts must be an object")
         }
         var counts = StatusCounts()
-        for status in Status.allCases { counts[status] = Int(fields[JSONKey(status.rawValue)]?.integer ?? 0) }
+        for status in Status.published { counts[status] = Int(fields[JSONKey(status.rawValue)]?.integer ?? 0) }
         return counts
     }
 

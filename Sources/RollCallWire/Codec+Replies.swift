@@ -219,7 +219,7 @@ extension Codec {
         writer.integer(counts.total)
         writer.key("counts")
         writer.beginObject()
-        for status in Status.allCases {
+        for status in Status.published {
             writer.key(status.rawValue)
             writer.integer(counts[status])
         }

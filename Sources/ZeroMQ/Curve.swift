@@ -20,6 +20,15 @@ public enum Curve {
         return text(publicKey)
     }
 
+    /// `bytes` in Z85 (ZeroMQ RFC 32), or `nil` unless their count is a multiple of 4. A ZAP request carries a
+    /// client's CURVE key as 32 raw bytes; this makes it the 40 characters key files hold.
+    public static func z85(_ bytes: [UInt8]) -> String? {
+        guard bytes.count % 4 == 0 else { return nil }
+        var encoded = [CChar](repeating: 0, count: bytes.count * 5 / 4 + 1)
+        guard zmq_z85_encode(&encoded, bytes, bytes.count) != nil else { return nil }
+        return text(encoded)
+    }
+
     private static func text(_ characters: [CChar]) -> String {
         String(decoding: characters.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }

@@ -3,7 +3,12 @@ import CZeroMQ
 /// An event from a socket monitor (`zmq_socket_monitor`): a connection accepted, closed, and so on.
 public struct MonitorEvent: Sendable, Equatable {
     public enum Kind: Sendable, Equatable {
-        case accepted, disconnected, closed, handshakeSucceeded, other(UInt16)
+        case accepted, disconnected, closed, handshakeSucceeded
+        /// The server refused this client's key (ZAP said no): the only way a client learns of it (libzmq#3505).
+        case handshakeFailedAuth
+        /// The handshake failed for another reason, such as a wrong server key or another mechanism.
+        case handshakeFailedProtocol, handshakeFailedNoDetail
+        case other(UInt16)
     }
     public var kind: Kind
     /// The event's value: for connection events, the file descriptor of the connection.
@@ -21,6 +26,9 @@ public struct MonitorEvent: Sendable, Equatable {
         case ZMQ_EVENT_DISCONNECTED: kind = .disconnected
         case ZMQ_EVENT_CLOSED: kind = .closed
         case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: kind = .handshakeSucceeded
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: kind = .handshakeFailedAuth
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL: kind = .handshakeFailedProtocol
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: kind = .handshakeFailedNoDetail
         default: kind = .other(event)
         }
         self.value = Int32(bitPattern: value)
@@ -35,6 +43,11 @@ extension Socket {
         public init(rawValue: Int32) { self.rawValue = rawValue }
         public static let accepted = MonitorEvents(rawValue: ZMQ_EVENT_ACCEPTED)
         public static let disconnected = MonitorEvents(rawValue: ZMQ_EVENT_DISCONNECTED)
+        public static let handshakeSucceeded = MonitorEvents(rawValue: ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+        /// Every way a handshake can fail: refused by the server's ZAP handler, a protocol error, no detail.
+        public static let handshakeFailed = MonitorEvents(
+            rawValue: ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
     }
 
     /// Starts monitoring this socket and returns the PAIR socket that receives its events, for the same thread.

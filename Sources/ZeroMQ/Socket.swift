@@ -33,6 +33,9 @@ public final class Socket {
         /// The file descriptor of the connection the frame came on (`ZMQ_SRCFD`) when the receive asked for it, else
         /// -1 (also where there is none, such as inproc).
         public var sourceFD: Int32
+        /// The `User-Id` a ZAP handler gave the connection the frame came on, when the receive asked for it and
+        /// there is one (`zmq_msg_gets`).
+        public var userID: String? = nil
     }
 
     public let kind: Kind
@@ -131,7 +134,9 @@ public final class Socket {
     /// Receives one frame, or `nil` when none is waiting (only when `wait` is false). `sourceDescriptor` also reads
     /// the descriptor of the connection it came on (one more libzmq call): only a broker matching requests to
     /// connections needs it.
-    public func receiveFrame(wait: Bool = false, sourceDescriptor: Bool = false) throws -> Frame? {
+    /// `userID` also reads the `User-Id` property the connection's ZAP handler set.
+    public func receiveFrame(wait: Bool = false, sourceDescriptor: Bool = false, userID: Bool = false) throws -> Frame?
+    {
         var message = zmq_msg_t()
         zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }
@@ -149,7 +154,9 @@ public final class Socket {
         }
         let more = zmq_msg_more(&message) != 0
         let sourceFD = sourceDescriptor ? zmq_msg_get(&message, ZMQ_SRCFD) : -1
-        return Frame(bytes: bytes, more: more, sourceFD: sourceFD)
+        var user: String?
+        if userID, let property = zmq_msg_gets(&message, "User-Id") { user = String(cString: property) }
+        return Frame(bytes: bytes, more: more, sourceFD: sourceFD, userID: user)
     }
 
     /// Receives a whole message, or `nil` when none is waiting (only when `wait` is false).
@@ -157,15 +164,19 @@ public final class Socket {
     /// At most `maxFrames` frames are kept; the rest of an overlong message is read and dropped, and
     /// `truncated` says so. Reading it all keeps the socket in step with the next message.
     public func receiveMessage(
-        wait: Bool = false, maxFrames: Int = .max, sourceDescriptor: Bool = false
+        wait: Bool = false, maxFrames: Int = .max, sourceDescriptor: Bool = false, userID: Bool = false
     ) throws -> (frames: [Frame], truncated: Bool)? {
-        guard let first = try receiveFrame(wait: wait, sourceDescriptor: sourceDescriptor) else { return nil }
+        guard let first = try receiveFrame(wait: wait, sourceDescriptor: sourceDescriptor, userID: userID) else {
+            return nil
+        }
         var frames = [first]
         var truncated = false
         var more = first.more
         while more {
             // The rest of a message is already here: ZeroMQ delivers messages whole.
-            guard let next = try receiveFrame(wait: true, sourceDescriptor: sourceDescriptor) else { break }
+            guard let next = try receiveFrame(wait: true, sourceDescriptor: sourceDescriptor, userID: userID) else {
+                break
+            }
             more = next.more
             if frames.count < maxFrames {
                 frames.append(next)

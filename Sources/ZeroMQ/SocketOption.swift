@@ -37,6 +37,19 @@ public enum SocketOption: Sendable {
     case receiveBuffer(bytes: Int32)
     /// How many pending connections the listener queues (`ZMQ_BACKLOG`).
     case backlog(Int32)
+    /// Pass subscriptions to the XPUB reader without applying them: the reader applies each with `subscribe`
+    /// before it reads the next (`ZMQ_XPUB_MANUAL`).
+    case xpubManual(Bool)
+    /// Be a CurveZMQ server (`ZMQ_CURVE_SERVER`); the secret key must be set too.
+    case curveServer(Bool)
+    /// This socket's CurveZMQ secret key, 40 Z85 characters (`ZMQ_CURVE_SECRETKEY`).
+    case curveSecretKey(String)
+    /// This socket's CurveZMQ public key, 40 Z85 characters (`ZMQ_CURVE_PUBLICKEY`), for a client.
+    case curvePublicKey(String)
+    /// The public key of the server a CurveZMQ client connects to, 40 Z85 characters (`ZMQ_CURVE_SERVERKEY`).
+    case curveServerKey(String)
+    /// The ZAP domain this socket's connections are authenticated in (`ZMQ_ZAP_DOMAIN`).
+    case zapDomain(String)
 
     func apply(to handle: UnsafeMutableRawPointer) throws {
         switch self {
@@ -60,6 +73,12 @@ public enum SocketOption: Sendable {
         case .routerHandover(let on): try setInt(handle, ZMQ_ROUTER_HANDOVER, on ? 1 : 0)
         case .receiveBuffer(let bytes): try setInt(handle, ZMQ_RCVBUF, bytes)
         case .backlog(let n): try setInt(handle, ZMQ_BACKLOG, n)
+        case .xpubManual(let on): try setInt(handle, ZMQ_XPUB_MANUAL, on ? 1 : 0)
+        case .curveServer(let on): try setInt(handle, ZMQ_CURVE_SERVER, on ? 1 : 0)
+        case .curveSecretKey(let z85): try setBytes(handle, ZMQ_CURVE_SECRETKEY, Array(z85.utf8))
+        case .curvePublicKey(let z85): try setBytes(handle, ZMQ_CURVE_PUBLICKEY, Array(z85.utf8))
+        case .curveServerKey(let z85): try setBytes(handle, ZMQ_CURVE_SERVERKEY, Array(z85.utf8))
+        case .zapDomain(let domain): try setBytes(handle, ZMQ_ZAP_DOMAIN, Array(domain.utf8))
         }
     }
 }

@@ -38,7 +38,11 @@ struct AllBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "presence",
         abstract: "Latency, throughput, sessions at rest, fan-out, crash detection and TTL expiry, one after another.",
-        discussion: "--only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry.")
+        discussion: """
+            --only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry, and curve (latency \
+            and throughput with and without CURVE, one after the other, with their ratios). --curve runs every \
+            scenario over CURVE.
+            """)
 
     @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
     @Option(help: "Seconds per measured run.") var seconds = 5.0
@@ -48,6 +52,8 @@ struct AllBench: AsyncParsableCommand {
         parsing: .singleValue,
         help: "An argument added to every broker's serve command (repeat it), such as --broker-arg=--http-endpoint.")
     var brokerArg: [String] = []
+    @Flag(help: "Run every scenario's broker and clients with CURVE (generated keys, one operator key).")
+    var curve = false
 
     func run() async throws {
         let executable = brokerExecutable()
@@ -55,6 +61,7 @@ struct AllBench: AsyncParsableCommand {
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
         }
         bench.brokerArguments = brokerArg
+        if curve { bench.curve = try CurveSetup.make() }
         let wanted = Set(
             (only ?? "latency,throughput,sessions,fanout,crash,expiry").split(separator: ",").map(String.init))
         let seconds = smoke ? 0.5 : self.seconds
@@ -84,6 +91,35 @@ struct AllBench: AsyncParsableCommand {
                 add(try bench.fanout(subscribers: smoke ? 50 : 1_000, changes: smoke ? 5 : 50))
             }
             if wanted.contains("crash") { add(try bench.crash(trials: smoke ? 10 : 200)) }
+            if wanted.contains("curve") {
+                // The same scenarios without and with CURVE, back to back in one run: the ratio is what CURVE costs.
+                var plain = bench
+                plain.curve = nil
+                var secured = bench
+                secured.curve = try bench.curve ?? CurveSetup.make()
+                let rate = smoke ? 500 : 10_000
+                var pairs: [(BenchRow, BenchRow)] = []
+                for run in [
+                    { (b: PresenceBenchmarks) in try b.latency(rate: rate, seconds: seconds) },
+                    { (b: PresenceBenchmarks) in try b.throughput(subscribers: 1, seconds: seconds) },
+                ] {
+                    let without = try run(plain)
+                    var with = try run(secured)
+                    with.id += "-curve"
+                    with.scenario += ", CURVE"
+                    add(without)
+                    add(with)
+                    pairs.append((without, with))
+                }
+                for (without, with) in pairs {
+                    for figure in ["p50_ms", "p99_ms", "per_second", "broker_cpu_percent"] {
+                        guard let a = without.figures[figure], let b = with.figures[figure], a > 0 else { continue }
+                        emit(
+                            "CURVE/none \(without.id) \(figure): " + String(format: "%.2fx (%.3f -> %.3f)", b / a, a, b)
+                        )
+                    }
+                }
+            }
             if wanted.contains("expiry") {
                 add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))
             }

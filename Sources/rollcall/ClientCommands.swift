@@ -21,6 +21,7 @@ struct Watch: AsyncParsableCommand {
         abstract: "Print every update of USERs (or of everyone with --all) as one JSON line, until interrupted.")
 
     @OptionGroup var endpoints: Endpoints
+    @OptionGroup var keys: ClientKeys
     @Flag(help: "Follow every user (no current state is printed for them first).") var all = false
     @Argument(help: "The users to follow.") var users: [String] = []
 
@@ -35,7 +36,8 @@ struct Watch: AsyncParsableCommand {
         let all = self.all
         do {
             try await runUntilSignalled { stop in
-                let watcher = try PresenceWatcher(endpoint: endpoint, commandEndpoint: command)
+                let watcher = try PresenceWatcher(
+                    endpoint: endpoint, commandEndpoint: command, credentials: try keys.credentials())
                 let print: @Sendable (PresenceRecord) -> Void = { record in
                     emit(String(decoding: Codec.encodeRecord(record), as: UTF8.self))
                 }
@@ -68,6 +70,7 @@ struct Online: AsyncParsableCommand {
         abstract: "Hold a session open for USER, heartbeating, until interrupted; then say bye.")
 
     @OptionGroup var endpoints: Endpoints
+    @OptionGroup var keys: ClientKeys
     @Option(help: "online, away, busy or offline.") var status: Status = .online
     @Option(help: "A custom status line, up to 256 characters.") var text: String?
     @Option(help: "A device name for the session.") var device: String?
@@ -80,7 +83,9 @@ struct Online: AsyncParsableCommand {
         let endpoint = try endpoints.command()
         do {
             try await runUntilSignalled { stop in
-                let session = try PresenceSession(endpoint: endpoint, hello: hello) { state in
+                let session = try PresenceSession(
+                    endpoint: endpoint, hello: hello, credentials: try keys.credentials()
+                ) { state in
                     switch state {
                     case .live(let session): note("session \(session) live")
                     case .reconnecting(let attempt): note("broker not answering; retrying (attempt \(attempt))")
@@ -103,12 +108,14 @@ struct Query: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Print the current record of each USER as a JSON line.")
 
     @OptionGroup var endpoints: Endpoints
+    @OptionGroup var keys: ClientKeys
     @Argument(help: "The users to read (at most 1000).") var users: [String]
 
     func run() async throws {
         let users = try userIDs(self.users)
         do {
-            let records = try CommandClient(endpoint: try endpoints.command()).query(users)
+            let records = try CommandClient(endpoint: try endpoints.command(), credentials: try keys.credentials())
+                .query(users)
             for user in users {
                 guard let record = records[user] else { continue }
                 emit(String(decoding: Codec.encodeRecord(record), as: UTF8.self))
@@ -124,10 +131,13 @@ struct Ping: AsyncParsableCommand {
         abstract: "Ask the broker who it is; exit non-zero if it does not answer.")
 
     @OptionGroup var endpoints: Endpoints
+    @OptionGroup var keys: ClientKeys
 
     func run() async throws {
         do {
-            let info = try CommandClient(endpoint: try endpoints.command(), timeoutMilliseconds: 2_000).ping()
+            let info = try CommandClient(
+                endpoint: try endpoints.command(), timeoutMilliseconds: 2_000, credentials: try keys.credentials()
+            ).ping()
             emit(String(decoding: Codec.encodeBrokerInfo(info), as: UTF8.self))
         } catch {
             throw fail(error)
@@ -141,11 +151,13 @@ struct Advance: AsyncParsableCommand {
         discussion: "Only a broker started with `rollcall serve --test-mode` accepts it (others answer unknown_op).")
 
     @OptionGroup var endpoints: Endpoints
+    @OptionGroup var keys: ClientKeys
     @Argument(help: "Milliseconds, 0 to 31536000000.") var ms: Int64
 
     func run() async throws {
         do {
-            let fields = try CommandClient(endpoint: try endpoints.command()).call(.advance(milliseconds: ms))
+            let fields = try CommandClient(endpoint: try endpoints.command(), credentials: try keys.credentials())
+                .call(.advance(milliseconds: ms))
             emit(fields["time"]?.integer.map(String.init) ?? "")
         } catch {
             throw fail(error)

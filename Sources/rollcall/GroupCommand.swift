@@ -10,6 +10,7 @@ struct GroupCommand: AsyncParsableCommand {
         abstract: "Define, edit, read or delete a group, and with --watch follow it: 'team-7: 3 of 5 online (+carol)'.")
 
     @OptionGroup var endpoints: Endpoints
+    @OptionGroup var keys: ClientKeys
     @Option(help: "Replace the members, comma-separated.") var members: String?
     @Option(help: "Add members, comma-separated.") var add: String?
     @Option(help: "Remove members, comma-separated.") var remove: String?
@@ -33,7 +34,7 @@ struct GroupCommand: AsyncParsableCommand {
         let edit = GroupEdit(members: try list(members), add: try list(add) ?? [], remove: try list(remove) ?? [])
         let (command, update, watch, delete) = (try endpoints.command(), try endpoints.update(), watch, delete)
         do {
-            let client = try CommandClient(endpoint: command)
+            let client = try CommandClient(endpoint: command, credentials: try keys.credentials())
             if delete {
                 emit(try client.ungroup(group) ? "\(group): deleted" : "\(group): no such group")
                 return
@@ -42,7 +43,7 @@ struct GroupCommand: AsyncParsableCommand {
             emit(describe(group, snapshot.counts, changed: [], removed: []))
             guard watch else { return }
             try await runUntilSignalled { stop in
-                let watcher = try PresenceWatcher(endpoint: update)
+                let watcher = try PresenceWatcher(endpoint: update, credentials: try keys.credentials())
                 let first = Atomic<Bool>(true)
                 _ = watcher.observe(group: group) { update in
                     // The first message is the aggregate a new subscriber gets; the line above said it already.

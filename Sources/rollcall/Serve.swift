@@ -4,6 +4,7 @@ import Logging
 import RollCallBroker
 import RollCallGateway
 import RollCallOperations
+import RollCallSecurity
 import RollCallWire
 import ServiceLifecycle
 import Synchronization
@@ -18,9 +19,6 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var endpoints: Endpoints
 
     @OptionGroup(title: "WebSocket") var webSocket: WebSocketOptions
-
-    @Flag(help: "Allow a non-loopback endpoint without authentication or TLS. Env: ROLLCALL_INSECURE=1.")
-    var insecure = false
 
     @Option(help: "Heartbeat interval asked of clients, ms. Env: ROLLCALL_HEARTBEAT_MS. Default: 1000.")
     var heartbeatMs: Int64?
@@ -140,6 +138,24 @@ struct Serve: AsyncParsableCommand {
     )
     var connectionHeartbeatTtlMs: Int32?
 
+    @Option(
+        help:
+            "Secret key file (czmq certificate, from rollcall keygen): CURVE on both endpoints. Env: ROLLCALL_CURVE_SECRET_KEY_FILE. Default: off (NULL mechanism, no authentication)."
+    )
+    var curveSecretKeyFile: String?
+
+    @Option(
+        help:
+            "The keys that may connect, with their roles (required with CURVE; SIGHUP reloads it). Env: ROLLCALL_AUTHORIZED_KEYS."
+    )
+    var authorizedKeys: String?
+
+    @Flag(
+        help:
+            "Allow a non-loopback endpoint without CURVE (or a WebSocket without tokens and TLS): anyone who reaches it may act as anyone. Env: ROLLCALL_INSECURE=1."
+    )
+    var insecure = false
+
     @Option(help: "The broker's id in ping replies. Env: ROLLCALL_BROKER_ID. Default: the host name.")
     var brokerId: String?
 
@@ -212,9 +228,44 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxMemberships = try setting(maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: 10_000_000)
         try webSocket.apply(to: &c)
         c.insecure = insecure || environment["ROLLCALL_INSECURE"] == "1"
+        c.curve = try curveSettings(environment)
         // The ranges and the checks across settings belong to the broker library, which any embedder gets too.
         try c.validate()
         return c
+    }
+
+    /// The key pair and the authorized-keys table, read at start: a file that cannot be used stops the start with
+    /// one line that names it (and the line at fault).
+    private func curveSettings(_ environment: [String: String]) throws -> CurveSettings? {
+        let secretFile = curveSecretKeyFile ?? environment["ROLLCALL_CURVE_SECRET_KEY_FILE"]
+        let keysFile = authorizedKeys ?? environment["ROLLCALL_AUTHORIZED_KEYS"]
+        guard let secretFile else {
+            guard keysFile == nil else {
+                throw ConfigurationError(
+                    "--authorized-keys", "needs --curve-secret-key-file: CURVE is what checks keys")
+            }
+            return nil
+        }
+        guard let keysFile else {
+            throw ConfigurationError(
+                "--curve-secret-key-file", "needs --authorized-keys: the table of keys that may connect")
+        }
+        let certificate: Certificate
+        do {
+            certificate = try CertificateFile.read(secretFile)
+        } catch {
+            throw ConfigurationError("--curve-secret-key-file", "\(error)")
+        }
+        guard let secret = certificate.secretKey else {
+            throw ConfigurationError(
+                "--curve-secret-key-file", "\(secretFile) is a public certificate: the broker needs its secret key")
+        }
+        switch AuthorizedKeys.load(path: keysFile) {
+        case .success(let keys):
+            return CurveSettings(secretKey: secret.z85, authorizedKeys: keys, authorizedKeysPath: keysFile)
+        case .failure(let error):
+            throw ConfigurationError("--authorized-keys", "\(error)")
+        }
     }
 
     func run() async throws {

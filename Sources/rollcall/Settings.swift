@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RollCallClient
 
 /// A setting read from its flag, else from its `ROLLCALL_*` environment variable, else its default.
 func setting<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, default value: T) throws -> T {
@@ -42,4 +43,34 @@ func note(_ line: String) {
 func fail(_ error: Error) -> ExitCode {
     FileHandle.standardError.write(Data("rollcall: \(error)\n".utf8))
     return ExitCode(1)
+}
+
+/// The CURVE keys every client subcommand takes, for a broker that runs CURVE (docs/security.md).
+struct ClientKeys: ParsableArguments {
+    @Option(
+        help:
+            "The broker's CURVE public key (40 Z85 characters; the broker logs it at start). Env: ROLLCALL_SERVER_KEY. Default: none (NULL mechanism)."
+    )
+    var serverKey: String?
+
+    @Option(help: "This client's key pair (czmq certificate, from rollcall keygen). Env: ROLLCALL_KEY_FILE.")
+    var keyFile: String?
+
+    /// The credentials, or `nil` for a broker without CURVE; one of the two without the other is a usage error.
+    func credentials() throws -> CurveCredentials? {
+        let environment = ProcessInfo.processInfo.environment
+        let server = serverKey ?? environment["ROLLCALL_SERVER_KEY"]
+        let file = keyFile ?? environment["ROLLCALL_KEY_FILE"]
+        switch (server, file) {
+        case (nil, nil): return nil
+        case (let server?, let file?):
+            do {
+                return try CurveCredentials(serverKey: server, keyFile: file)
+            } catch {
+                throw ValidationError("\(error)")
+            }
+        case (nil, _): throw ValidationError("--key-file needs --server-key (the broker's public key)")
+        case (_, nil): throw ValidationError("--server-key needs --key-file (this client's key pair)")
+        }
+    }
 }

@@ -14,6 +14,7 @@ struct Simulate: AsyncParsableCommand {
             """)
 
     @OptionGroup var endpoints: Endpoints
+    @OptionGroup var keys: ClientKeys
     @Option(help: "How many users.") var users: Int = 10
     @Option(help: "Status changes a second, over all users.") var churn: Double = 10
     @Option(help: "How long to run, seconds.") var duration: Double = 10
@@ -30,11 +31,13 @@ struct Simulate: AsyncParsableCommand {
 
     func run() async throws {
         let endpoint = try endpoints.command()
+        let credentials = try keys.credentials()
         let (users, churn, duration, prefix, seed) = (users, churn, duration, prefix, seed)
         do {
             try await runUntilSignalled { stop in
                 var simulation = try Simulation(
-                    endpoint: endpoint, users: (0..<users).map { UserID(validating: "\(prefix)\($0)")! }, seed: seed)
+                    endpoint: endpoint, users: (0..<users).map { UserID(validating: "\(prefix)\($0)")! }, seed: seed,
+                    credentials: credentials)
                 try simulation.run(churn: churn, seconds: duration) { stop.isSet }
                 emit(simulation.summary)
             }
