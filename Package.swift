@@ -92,6 +92,8 @@ let package = Package(
             dependencies: [
                 "RollCallBroker", "RollCallCore", "RollCallSecurity", "RollCallWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
@@ -145,6 +147,7 @@ let package = Package(
                 "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
                 "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),

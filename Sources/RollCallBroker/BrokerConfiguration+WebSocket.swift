@@ -1,6 +1,6 @@
 extension BrokerConfiguration {
-    /// The WebSocket settings' ranges, and the safe default: without tokens, or without TLS (which this version does
-    /// not terminate itself), only a loopback endpoint, unless `--insecure`.
+    /// The WebSocket settings' ranges, and the safe default: without tokens, or without TLS, only a loopback
+    /// endpoint, unless `--insecure`.
     func validateWebSocket() throws(ConfigurationError) {
         let w = webSocket
         try Self.check("--ws-ping-ms", w.pingMilliseconds, in: WebSocketSettings.Range.pingMilliseconds)
@@ -13,6 +13,11 @@ extension BrokerConfiguration {
                 "--ws-send-queue-bytes",
                 "(\(w.sendQueueBytes)) must hold the largest reply and a group message: at least \(smallest)")
         }
+        guard (w.tlsCertFile == nil) == (w.tlsKeyFile == nil) else {
+            throw ConfigurationError(
+                w.tlsCertFile == nil ? "--ws-tls-key-file" : "--ws-tls-cert-file",
+                "needs \(w.tlsCertFile == nil ? "--ws-tls-cert-file" : "--ws-tls-key-file") too")
+        }
         guard let endpoint = w.endpoint else { return }
         let (host, _) = try WebSocketSettings.parse(endpoint: endpoint)
         guard !insecure, !WebSocketSettings.isLoopback(host) else { return }
@@ -22,10 +27,12 @@ extension BrokerConfiguration {
                 "'\(endpoint)' is not loopback and no --jwt-key-file is given, so anyone who reaches it could act as "
                     + "anyone: give --jwt-key-file (docs/websocket.md), or --insecure")
         }
-        throw ConfigurationError(
-            "--ws-endpoint",
-            "'\(endpoint)' is not loopback, and tokens would cross the network in clear text: put it behind a TLS "
-                + "proxy on loopback (deploy/README.md), or give --insecure")
+        guard w.tlsCertFile != nil else {
+            throw ConfigurationError(
+                "--ws-endpoint",
+                "'\(endpoint)' is not loopback, and tokens would cross the network in clear text: give "
+                    + "--ws-tls-cert-file and --ws-tls-key-file, or bind loopback behind a TLS proxy, or --insecure")
+        }
     }
 }
 

@@ -21,6 +21,9 @@ public struct WebSocketSettings: Sendable {
     public var jwtIssuer: String?
     /// The `aud` every token must carry (one of), if set.
     public var jwtAudience: String?
+    /// A PEM certificate chain and its private key: the endpoint speaks TLS (`wss://`). Both or neither.
+    public var tlsCertFile: String?
+    public var tlsKeyFile: String?
 
     public init() {}
 

@@ -1,4 +1,6 @@
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
 import NIOCore
@@ -20,10 +22,12 @@ public struct WebSocketServer: Service {
 
     /// A server on `host:port` (port 0 for a free one, reported through `onBound`); `verifier` `nil` accepts
     /// every peer without a token, with every right (loopback only, unless `--insecure`).
+    ///
+    /// With `tls` the endpoint speaks TLS only (`wss://`).
     public init(
-        host: String, port: Int, gateway: BrokerGateway, verifier: TokenVerifier?, logger: Logger,
-        onBound: @escaping @Sendable (String, Int) -> Void = { _, _ in }
-    ) {
+        host: String, port: Int, gateway: BrokerGateway, verifier: TokenVerifier?, tls: TLSConfiguration? = nil,
+        logger: Logger, onBound: @escaping @Sendable (String, Int) -> Void = { _, _ in }
+    ) throws {
         let settings = gateway.configuration.webSocket
         let counter = ConnectionCounter()
         let router = Router(context: GatewayRequestContext.self)
@@ -58,16 +62,17 @@ public struct WebSocketServer: Service {
         let bound = BoundPort()
         self.bound = bound
         let maxFrame = gateway.configuration.maxMessageBytes
+        let webSocket = HTTPServerBuilder.http1WebSocketUpgrade(
+            webSocketRouter: router,
+            configuration: .init(
+                http1: .init(idleTimeout: .seconds(30)),
+                ws: .init(
+                    maxFrameSize: maxFrame,
+                    autoPing: .enabled(timePeriod: .milliseconds(settings.pingMilliseconds)),
+                    closeTimeout: .seconds(5))))
         application = Application(
             router: Router(context: GatewayRequestContext.self),
-            server: .http1WebSocketUpgrade(
-                webSocketRouter: router,
-                configuration: .init(
-                    http1: .init(idleTimeout: .seconds(30)),
-                    ws: .init(
-                        maxFrameSize: maxFrame,
-                        autoPing: .enabled(timePeriod: .milliseconds(settings.pingMilliseconds)),
-                        closeTimeout: .seconds(5)))),
+            server: try tls.map { try .tls(webSocket, tlsConfiguration: $0) } ?? webSocket,
             configuration: .init(address: .hostname(host, port: port), serverName: "rollcall"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? port
@@ -129,4 +134,17 @@ private final class BoundPort: Sendable {
     private let port = Mutex<Int?>(nil)
     func set(_ value: Int) { port.withLock { $0 = value } }
     func get() -> Int? { port.withLock { $0 } }
+}
+
+extension WebSocketServer {
+    /// A server TLS configuration from a PEM certificate chain and a PEM private key.
+    public static func tlsConfiguration(certificateFile: String, keyFile: String) throws -> TLSConfiguration {
+        let chain = try NIOSSLCertificate.fromPEMFile(certificateFile)
+        guard !chain.isEmpty else {
+            throw TokenVerifier.KeyFileError(description: "no certificate in \(certificateFile)")
+        }
+        return TLSConfiguration.makeServerConfiguration(
+            certificateChain: chain.map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(file: keyFile, format: .pem)))
+    }
 }

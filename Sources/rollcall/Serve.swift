@@ -372,7 +372,7 @@ struct Serve: AsyncParsableCommand {
                     }
                     if let ws = wsBound.get() {
                         line.key("ws")
-                        line.string("ws://\(ws)\(WebSocketServer.path)")
+                        line.string("\(ws)\(WebSocketServer.path)")
                     }
                     line.key("epoch")
                     line.string(broker.epoch)

@@ -42,6 +42,15 @@ struct WebSocketOptions: ParsableArguments {
     @Option(help: "An aud every token must carry. Env: ROLLCALL_JWT_AUDIENCE. Default: not checked.")
     var jwtAudience: String?
 
+    @Option(
+        help:
+            "PEM certificate chain: the WebSocket endpoint speaks TLS (wss://). Env: ROLLCALL_WS_TLS_CERT_FILE. Default: none."
+    )
+    var wsTlsCertFile: String?
+
+    @Option(help: "PEM private key of --ws-tls-cert-file. Env: ROLLCALL_WS_TLS_KEY_FILE. Default: none.")
+    var wsTlsKeyFile: String?
+
     /// Puts the options into `c`.
     func apply(to c: inout BrokerConfiguration) throws {
         let environment = ProcessInfo.processInfo.environment
@@ -57,6 +66,8 @@ struct WebSocketOptions: ParsableArguments {
         c.webSocket.jwtKeyFile = optional(jwtKeyFile, "ROLLCALL_JWT_KEY_FILE")
         c.webSocket.jwtIssuer = optional(jwtIssuer, "ROLLCALL_JWT_ISSUER")
         c.webSocket.jwtAudience = optional(jwtAudience, "ROLLCALL_JWT_AUDIENCE")
+        c.webSocket.tlsCertFile = optional(wsTlsCertFile, "ROLLCALL_WS_TLS_CERT_FILE")
+        c.webSocket.tlsKeyFile = optional(wsTlsKeyFile, "ROLLCALL_WS_TLS_KEY_FILE")
     }
 
     /// The WebSocket server the configuration asks for, if any; `onBound` hears its address once it listens.
@@ -73,14 +84,18 @@ struct WebSocketOptions: ParsableArguments {
                 keyFile: path, issuer: settings.jwtIssuer, audience: settings.jwtAudience)
         }
         let tokens = verifier != nil
-        return WebSocketServer(
-            host: host, port: port, gateway: broker.gateway, verifier: verifier, logger: logger
+        let tls = try settings.tlsCertFile.map {
+            try WebSocketServer.tlsConfiguration(certificateFile: $0, keyFile: settings.tlsKeyFile ?? "")
+        }
+        let scheme = tls == nil ? "ws" : "wss"
+        return try WebSocketServer(
+            host: host, port: port, gateway: broker.gateway, verifier: verifier, tls: tls, logger: logger
         ) { host, port in
             let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
             logger.info(
                 "websocket endpoint listening",
-                metadata: ["ws": "ws://\(address)\(WebSocketServer.path)", "tokens": "\(tokens)"])
-            onBound(address)
+                metadata: ["ws": "\(scheme)://\(address)\(WebSocketServer.path)", "tokens": "\(tokens)"])
+            onBound("\(scheme)://\(address)")
         }
     }
 }

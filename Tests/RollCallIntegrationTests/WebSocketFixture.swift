@@ -1,5 +1,6 @@
 import DequeModule
 import Foundation
+import HummingbirdTLS
 import HummingbirdWSClient
 import JWTKit
 import Logging
@@ -19,7 +20,8 @@ let testSecret = "rollcall-test-secret-of-at-least-32-bytes"
 struct GatewayHarness: Sendable {
     let broker: TestBroker
     let port: Int
-    var url: String { "ws://127.0.0.1:\(port)\(WebSocketServer.path)" }
+    var scheme = "ws"
+    var url: String { "\(scheme)://127.0.0.1:\(port)\(WebSocketServer.path)" }
 
     /// A token for `user`, signed with ``testSecret``, expiring `expiresIn` seconds from now.
     func token(_ user: String, role: String? = nil, expiresIn: Double = 600, secret: String = testSecret)
@@ -32,9 +34,9 @@ struct GatewayHarness: Sendable {
                 sub: .init(value: user), exp: .init(value: Date(timeIntervalSinceNow: expiresIn)), role: role))
     }
 
-    /// A WebSocket client signed in with `token` (in `?token=`), or without one.
-    func client(token: String? = nil) async throws -> WebSocketTestClient {
-        try await WebSocketTestClient.connect(url + (token.map { "?token=\($0)" } ?? ""))
+    /// A WebSocket client signed in with `token` (in `?token=`), or without one; over TLS, trusting `trust`.
+    func client(token: String? = nil, trust: TLSConfiguration? = nil) async throws -> WebSocketTestClient {
+        try await WebSocketTestClient.connect(url + (token.map { "?token=\($0)" } ?? ""), tls: trust)
     }
 }
 
@@ -49,6 +51,7 @@ struct TestClaims: JWTPayload {
 /// Runs `body` with a broker and its WebSocket endpoint (`tokens`: signed with ``testSecret``), then stops both.
 func withGateway<T>(
     tokens: Bool = true,
+    tls: TLSConfiguration? = nil,
     _ configure: (inout BrokerConfiguration) -> Void = { _ in },
     _ body: (GatewayHarness) async throws -> T
 ) async throws -> T {
@@ -57,8 +60,8 @@ func withGateway<T>(
         var logger = Logger(label: "test-gateway")
         logger.logLevel = .critical
         let bound = Mutex<Int?>(nil)
-        let server = WebSocketServer(
-            host: "127.0.0.1", port: 0, gateway: broker.broker.gateway, verifier: verifier, logger: logger
+        let server = try WebSocketServer(
+            host: "127.0.0.1", port: 0, gateway: broker.broker.gateway, verifier: verifier, tls: tls, logger: logger
         ) { _, port in bound.withLock { $0 = port } }
         let running = Task { try await server.run() }
         defer { running.cancel() }
@@ -69,7 +72,8 @@ func withGateway<T>(
             }
             try await Task.sleep(for: .milliseconds(2))
         }
-        let result = try await body(GatewayHarness(broker: broker, port: bound.withLock { $0 }!))
+        let result = try await body(
+            GatewayHarness(broker: broker, port: bound.withLock { $0 }!, scheme: tls == nil ? "ws" : "wss"))
         running.cancel()
         _ = await running.result
         return result
@@ -79,11 +83,11 @@ func withGateway<T>(
 /// A WebSocket client on hummingbird-websocket's WebSocketClient: what it receives is queued for ``next(timeout:)``,
 /// and how the server closed it is kept.
 final class WebSocketTestClient: Sendable {
-    private let inbox = Inbox()
+    fileprivate let inbox = Inbox()
     private let outgoing: AsyncStream<String?>.Continuation
-    private let connection: Task<WebSocketCloseFrame?, any Error>
+    fileprivate let connection: Task<WebSocketCloseFrame?, any Error>
 
-    private init(url: String) {
+    private init(url: String, tls: TLSConfiguration?) {
         let (stream, outgoing) = AsyncStream<String?>.makeStream()
         self.outgoing = outgoing
         let inbox = self.inbox
@@ -91,7 +95,12 @@ final class WebSocketTestClient: Sendable {
         logger.logLevel = .critical
         connection = Task {
             defer { inbox.finish() }
-            return try await WebSocketClient.connect(url: url, logger: logger) { inbound, outbound, _ in
+            // An IP address cannot be a TLS server name (SNI): the tests' certificate names localhost.
+            let configuration = WebSocketClientConfiguration(sniHostname: tls == nil ? nil : "localhost")
+            return try await WebSocketClient.connect(
+                url: url, configuration: configuration, tlsConfiguration: tls, logger: logger
+            ) {
+                inbound, outbound, _ in
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         for await text in stream {
@@ -112,11 +121,13 @@ final class WebSocketTestClient: Sendable {
     }
 
     /// Connects, and waits for the connection to be usable (a `ping` answered).
-    static func connect(_ url: String) async throws -> WebSocketTestClient {
-        let client = WebSocketTestClient(url: url)
+    static func connect(_ url: String, tls: TLSConfiguration? = nil) async throws -> WebSocketTestClient {
+        let client = WebSocketTestClient(url: url, tls: tls)
         try await client.send(#"{"op":"ping","id":"connected"}"#)
         guard let reply = try await client.next(timeout: 5_000), reply.contains(#""id":"connected""#) else {
-            throw TestFailure("no answer to the first ping")
+            let ended = client.inbox.isFinished ? await client.connection.result : nil
+            throw TestFailure(
+                "no answer to the first ping; the connection ended with \(ended.map { "\($0)" } ?? "nothing")")
         }
         return client
     }

@@ -1,7 +1,9 @@
 import Foundation
+import HummingbirdTLS
 import RollCallBroker
 import RollCallClient
 import RollCallCore
+import RollCallGateway
 import RollCallTestSupport
 import RollCallWire
 import Testing
@@ -220,7 +222,13 @@ extension Integration {
             #expect(throws: ConfigurationError.self) { try c.validate() }
             do { try c.validate() } catch { print(error) }
             c.webSocket.jwtKeyFile = "/etc/rollcall/jwt.key"
-            #expect(throws: ConfigurationError.self) { try c.validate() }
+            #expect(throws: ConfigurationError.self) { try c.validate() }  // tokens, but no TLS
+            do { try c.validate() } catch { print(error) }
+            var tls = c
+            tls.webSocket.tlsCertFile = "/etc/rollcall/ws.crt"
+            #expect(throws: ConfigurationError.self) { try tls.validate() }  // a certificate without its key
+            tls.webSocket.tlsKeyFile = "/etc/rollcall/ws.key"
+            #expect(throws: Never.self) { try tls.validate() }
             c.insecure = true
             #expect(throws: Never.self) { try c.validate() }
             var loopback = BrokerConfiguration()
@@ -235,6 +243,43 @@ extension Integration {
         static func code(_ reply: [JSONKey: JSON]) -> String? {
             guard case .object(let error)? = reply[JSONKey("error")] else { return nil }
             return error[JSONKey("code")]?.string
+        }
+    }
+}
+
+extension Integration {
+    @Suite("WebSocket over TLS")
+    struct WebSocketTLSTests {
+        /// With --ws-tls-cert-file and --ws-tls-key-file the endpoint speaks wss:// (a session works through it, the
+        /// client checking the certificate), and a plain ws:// client gets nowhere.
+        @Test func wssWorksAndPlainDoesNot() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-tls-\(getpid())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let certificate = directory.appendingPathComponent("cert.pem").path
+            let key = directory.appendingPathComponent("key.pem").path
+            let made = try await ChildProcess.run(
+                "/usr/bin/openssl",
+                [
+                    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
+                    "-out", certificate, "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                ])
+            try #require(made.status == 0, "openssl: \(made.stderr)")
+            let server = try WebSocketServer.tlsConfiguration(certificateFile: certificate, keyFile: key)
+            var trust = TLSConfiguration.makeClientConfiguration()
+            trust.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(certificate))
+            try await withGateway(tls: server) { gateway in
+                #expect(gateway.url.hasPrefix("wss://"))
+                let client = try await gateway.client(token: gateway.token("tls-user"), trust: trust)
+                let hello = try await client.call(#"{"op":"hello","id":"h","user":"tls-user"}"#, id: "h")
+                #expect(hello[JSONKey("ok")] == .bool(true))
+                let plain = try RawWebSocket(port: gateway.port, path: "/v1/ws?token=\(try await gateway.token("x"))")
+                let status = try? plain.status()
+                print(
+                    "wss: hello answered; plain ws on the TLS port: \(status.map { "HTTP \($0)" } ?? "no HTTP answer")")
+                #expect(status == nil)
+            }
         }
     }
 }
