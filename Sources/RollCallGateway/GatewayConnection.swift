@@ -7,6 +7,7 @@ import RollCallBroker
 import RollCallCore
 import RollCallSecurity
 import RollCallWire
+import ServiceLifecycle
 import Synchronization
 
 /// One WebSocket connection: reads frames and hands them to the event loop, writes what the loop queued for it, and
@@ -45,6 +46,19 @@ struct GatewayConnection {
             channel.eventLoop.scheduleTask(in: Self.cutAfter) { channel.close(promise: nil) }
         }
         let expiry = Expiry(grant?.expires)
+        // Shutdown: the connection is closed (1001), and cut 2 s later if the peer does not answer the close, so a
+        // peer that never reads cannot hold the server's shutdown.
+        try await withGracefulShutdownHandler {
+            try await serve(inbound, outbound, id: id, outbox: outbox, expiry: expiry)
+        } onGracefulShutdown: {
+            outbox.close(code: 1001, reason: "the broker is stopping")
+        }
+    }
+
+    private func serve(
+        _ inbound: WebSocketInboundStream, _ outbound: WebSocketOutboundWriter, id: ConnectionID,
+        outbox: GatewayOutbox, expiry: Expiry
+    ) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await write(outbox, outbound) }
             if grant != nil { group.addTask { try await expire(expiry, outbox) } }

@@ -214,6 +214,28 @@ extension Integration {
             }
         }
 
+        /// `rollcall serve` stops on SIGTERM within a few seconds although a WebSocket peer holds its connection
+        /// open and never answers the close (it is cut 2 s after the close frame).
+        @Test func stopsWithASilentPeer() async throws {
+            let serve = try ChildProcess(
+                ChildProcess.rollcall, ["serve", "--test-mode", "--ws-endpoint", "127.0.0.1:0", "--print-endpoints"])
+            defer { serve.terminate() }
+            let line = try serve.waitForOutput(containing: #""ws":"#, timeout: 10_000)
+            guard case .object(let endpoints) = try JSONParser.parse(line),
+                let url = endpoints[JSONKey("ws")]?.string,
+                let port = Int(url.split(separator: ":").last?.split(separator: "/").first ?? "")
+            else { throw TestFailure("no ws endpoint in \(line)") }
+            let silent = try RawWebSocket(port: port, path: "/v1/ws")
+            #expect(try silent.status() == 101)
+            let started = ContinuousClock.now
+            serve.signal(SIGTERM)
+            let status = try serve.waitForExit(timeout: 15_000)
+            let took = milliseconds(since: started)
+            print("exited \(status.map(String.init) ?? "not") after \(Int(took)) ms with a silent WebSocket peer")
+            #expect(status == 0)
+            #expect(took < 6_000)
+        }
+
         /// A non-loopback endpoint without tokens, or without TLS, is refused with one clear line unless
         /// --insecure.
         @Test func safeDefaults() throws {
