@@ -60,7 +60,7 @@ public struct PresenceBenchmarks {
     public func latency(rate: Int, seconds: Double) throws -> BenchRow {
         let broker = try broker(["--update-hwm", "100000"])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
+        let pipeline = try RequestPipeline(endpoint: broker.command, credentials: curve?.credentials)
         let sessions = try openSessions(pipeline, users: (0..<100).map { "lat\($0)" })
         let subscriber = try LatencySubscriber(
             endpoint: broker.update, topics: ["presence/"], credentials: curve?.credentials)
@@ -101,8 +101,8 @@ public struct PresenceBenchmarks {
     public func throughput(subscribers count: Int, seconds: Double) throws -> BenchRow {
         let broker = try broker(["--update-hwm", "1000000"])
         defer { broker.stop() }
-        // The window stays under the ROUTER's 1,000 queued replies per peer, past which replies are dropped.
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
+        // The window stays under half the ROUTER's 1,000 queued replies per peer (RequestPipeline.safeWindow).
+        let pipeline = try RequestPipeline(endpoint: broker.command, credentials: curve?.credentials)
         let sessions = try openSessions(pipeline, users: (0..<1_000).map { "tp\($0)" })
         var rate: Double? = nil  // unpaced first
         var attempts: [String] = []
@@ -160,7 +160,7 @@ public struct PresenceBenchmarks {
         Thread.sleep(forTimeInterval: 0.5)
         let idle = broker.residentBytes()
         let pipelines = try (0..<4).map { _ in
-            try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
+            try RequestPipeline(endpoint: broker.command, credentials: curve?.credentials)
         }
         var bodies: [[UInt8]] = []
         for (index, pipeline) in pipelines.enumerated() {
@@ -316,7 +316,7 @@ public struct PresenceBenchmarks {
     public func expiry(live: Int, probes: Int, ttl: Int) throws -> BenchRow {
         let broker = try broker(["--min-ttl-ms", "100"])
         defer { broker.stop() }
-        let pipeline = try RequestPipeline(endpoint: broker.command, window: 512, credentials: curve?.credentials)
+        let pipeline = try RequestPipeline(endpoint: broker.command, credentials: curve?.credentials)
         log("expiry: \(live) live sessions")
         _ = try openSessions(pipeline, users: (0..<live).map { "live\($0)" })
         let subscriber = try LatencyExpiryWatcher(endpoint: broker.update, prefix: "presence/probe")

@@ -85,15 +85,6 @@ extension BrokerConfiguration {
                 "(\(p.defaultTTLMilliseconds)) must lie between --min-ttl-ms (\(p.minTTLMilliseconds)) "
                     + "and --max-ttl-ms (\(p.maxTTLMilliseconds))")
         }
-        if curve == nil && !insecure {
-            for (setting, endpoint) in [("--command-endpoint", commandEndpoint), ("--update-endpoint", updateEndpoint)]
-            where !Self.isLocal(endpoint) {
-                throw ConfigurationError(
-                    setting,
-                    "'\(endpoint)' is not loopback and CURVE is off, so anyone who reaches it could act as anyone: "
-                        + "give --curve-secret-key-file and --authorized-keys (docs/security.md), or --insecure")
-            }
-        }
         if testMode {
             for (setting, endpoint) in [("--command-endpoint", commandEndpoint), ("--update-endpoint", updateEndpoint)]
             where !Self.isLocal(endpoint) {
@@ -103,6 +94,15 @@ extension BrokerConfiguration {
             if case .none = storage {
             } else {
                 throw ConfigurationError("--test-mode", "keeps no state: it excludes --data-dir")
+            }
+        }
+        if curve == nil && !insecure {
+            for (setting, endpoint) in [("--command-endpoint", commandEndpoint), ("--update-endpoint", updateEndpoint)]
+            where !Self.isLocal(endpoint) {
+                throw ConfigurationError(
+                    setting,
+                    "'\(endpoint)' is not loopback and CURVE is off, so anyone who reaches it could act as anyone: "
+                        + "give --curve-secret-key-file and --authorized-keys (docs/security.md), or --insecure")
             }
         }
         try validateWebSocket()

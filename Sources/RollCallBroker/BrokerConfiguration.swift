@@ -43,7 +43,7 @@ public struct BrokerConfiguration: Sendable {
     /// its replies can make the broker hold. Range: 16_384...16_777_216.
     public var maxReplyBytes = 65_536
     /// Replies queued per command connection before further replies to it are dropped (the ROUTER's `ZMQ_SNDHWM`,
-    /// counted in messages). It must stay above the requests a client pipelines (the benchmark keeps 512 in
+    /// counted in messages). It must stay above twice the requests a client pipelines (the benchmark keeps 400 in
     /// flight). Range: 1...1_000_000.
     public var commandHighWaterMark: Int32 = 1_000
     /// How often the broker sends a ZMTP PING on every command and update connection, in ms; 0 turns connection

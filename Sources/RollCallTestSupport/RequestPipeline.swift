@@ -17,7 +17,13 @@ public final class RequestPipeline {
     /// When set, every reply body is kept here, in order (replies on one DEALER come back in request order).
     public var collected: [[UInt8]]?
 
-    public init(endpoint: String, window: Int = 512, credentials: CurveCredentials? = nil) throws {
+    /// The most requests kept in flight by default: under half the broker's default `--command-hwm` (1,000).
+    /// libzmq's pipes acknowledge reads in batches of half their high-water mark, so the broker's ROUTER may count
+    /// up to 499 replies the client has already read as still queued; with 512 in flight it could find the queue
+    /// full and drop a reply (silently, as a ROUTER does), and the pipeline would wait for it for ever.
+    public static let safeWindow = 400
+
+    public init(endpoint: String, window: Int = safeWindow, credentials: CurveCredentials? = nil) throws {
         context = try Context()
         socket = try Socket(context, .dealer)
         try socket.set(.linger(milliseconds: 0))

@@ -53,7 +53,8 @@ extension Integration {
             #expect(endpoint.stderr.contains("--command-endpoint must be tcp://HOST:PORT"))
             // A well-formed address this host does not have (TEST-NET-1): the bind fails, nothing is sent.
             let bind = try await ChildProcess.run(
-                ChildProcess.rollcall, ["serve", "--ephemeral", "--command-endpoint", "tcp://192.0.2.1:7730"])
+                ChildProcess.rollcall,
+                ["serve", "--ephemeral", "--insecure", "--command-endpoint", "tcp://192.0.2.1:7730"])
             #expect(bind.status != 0)
             #expect(bind.stderr.contains("cannot bind tcp://192.0.2.1:7730"))
         }

@@ -82,16 +82,18 @@ extension Integration {
 
                 // An operator acts for anyone; a reader only reads.
                 try op.setStatus(bobs.session, .online)
-                #expect(rejection(of: { try reader.hello(.init(user: "reader".id)) }) == .forbidden)
+                #expect(rejection(of: { _ = try reader.hello(.init(user: "reader".id)) }) == .forbidden)
                 #expect(rejection(of: { try reader.heartbeat(own.session) }) == .forbidden)
                 #expect(try reader.query(["bob".id])["bob".id]?.status == .online)
                 #expect(try reader.ping().version == rollCallVersion)
 
                 // Groups: only operators define and delete; everyone reads.
                 #expect(
-                    rejection(of: { try alice.group("team".group, GroupEdit(members: ["alice".id])) }) == .forbidden)
+                    rejection(of: { _ = try alice.group("team".group, GroupEdit(members: ["alice".id])) }) == .forbidden
+                )
                 #expect(
-                    rejection(of: { try reader.group("team".group, GroupEdit(members: ["alice".id])) }) == .forbidden)
+                    rejection(of: { _ = try reader.group("team".group, GroupEdit(members: ["alice".id])) })
+                        == .forbidden)
                 _ = try op.group("team".group, GroupEdit(members: ["alice".id, "bob".id]))
                 #expect(try alice.group("team".group).counts.available == 2)
                 #expect(rejection(of: { try alice.ungroup("team".group) }) == .forbidden)
