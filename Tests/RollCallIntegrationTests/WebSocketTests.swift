@@ -305,3 +305,36 @@ extension Integration {
         }
     }
 }
+
+extension Integration {
+    @Suite("WebSocket bounds")
+    struct WebSocketBoundsTests {
+        /// Past --ws-max-connections an upgrade is answered 503; past --ws-max-subscriptions a subscribe is `limit`
+        /// and applies nothing.
+        @Test func connectionAndSubscriptionCaps() async throws {
+            try await withGateway(
+                tokens: false,
+                {
+                    $0.webSocket.maxConnections = 2
+                    $0.webSocket.maxSubscriptions = 3
+                }
+            ) { gateway in
+                let first = try await gateway.client()
+                let second = try await gateway.client()
+                let status = try RawWebSocket(port: gateway.port, path: "/v1/ws").status()
+                print("third connection with a cap of 2: HTTP \(status)")
+                #expect(status == 503)
+                let four = #"["presence/a/","presence/b/","presence/c/","presence/d/"]"#
+                let refused = try await first.call(#"{"op":"subscribe","id":"s","topics":\#(four)}"#, id: "s")
+                #expect(WebSocketTests.code(refused) == "limit")
+                let three = #"["presence/a/","presence/b/","presence/c/"]"#
+                let applied = try await first.call(#"{"op":"subscribe","id":"t","topics":\#(three)}"#, id: "t")
+                #expect(applied[JSONKey("ok")] == .bool(true))
+                let more = try await first.call(#"{"op":"subscribe","id":"u","topics":["broker/"]}"#, id: "u")
+                #expect(WebSocketTests.code(more) == "limit")
+                second.close()
+                #expect(await second.closeCode(timeout: 5_000) != nil)
+            }
+        }
+    }
+}
