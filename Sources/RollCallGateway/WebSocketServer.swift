@@ -69,7 +69,7 @@ public struct WebSocketServer: Service {
                 ws: .init(
                     maxFrameSize: maxFrame,
                     autoPing: .enabled(timePeriod: .milliseconds(settings.pingMilliseconds)),
-                    closeTimeout: .seconds(5))))
+                    closeTimeout: .seconds(2))))
         application = Application(
             router: Router(context: GatewayRequestContext.self),
             server: try tls.map { try .tls(webSocket, tlsConfiguration: $0) } ?? webSocket,
