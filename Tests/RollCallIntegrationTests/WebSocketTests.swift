@@ -64,6 +64,37 @@ extension Integration {
             }
         }
 
+        /// Invisible over the WebSocket: another user's WebSocket subscriber and query see the user offline, and no
+        /// byte they receive says `invisible`; the user's own connection sees the truth in its query.
+        @Test func invisibleRevealsNothingOverWebSocket() async throws {
+            try await withGateway { gateway in
+                let watcher = try await gateway.client(token: gateway.token("watcher"))
+                _ = try await watcher.call(
+                    #"{"op":"subscribe","id":"s","topics":["presence/ghost/","broker/"]}"#, id: "s")
+                let ghost = try await gateway.client(token: gateway.token("ghost"))
+                let hello = try await ghost.call(#"{"op":"hello","id":"h","user":"ghost"}"#, id: "h")
+                let session = try #require(hello[JSONKey("session")]?.string)
+                _ = try await watcher.expect { $0.contains(#""status":"online""#) }
+                _ = try await ghost.call(
+                    #"{"op":"status","id":"i","session":"\#(session)","status":"invisible","text":"hiding"}"#, id: "i")
+                let offline = try await watcher.expect {
+                    $0.contains(#""topic":"presence/ghost/""#) && $0.contains("offline")
+                }
+                let seen = try await watcher.call(#"{"op":"query","id":"q","users":["ghost"]}"#, id: "q")
+                let own = try await ghost.call(#"{"op":"query","id":"q","users":["ghost"]}"#, id: "q")
+                var received = [offline, "\(seen)"]
+                // What arrives in the next 1.5 s: a broker heartbeat or two, with their counts.
+                let until = ContinuousClock.now + .milliseconds(1_500)
+                while ContinuousClock.now < until {
+                    if let frame = try await watcher.next(timeout: 300) { received.append(frame) }
+                }
+                #expect(received.contains { $0.contains(#""topic":"broker/""#) })
+                print("invisible over WebSocket: \(received.count) frames checked; own query: \(own)")
+                #expect(received.allSatisfy { !$0.contains("invisible") && !$0.contains("hiding") })
+                #expect("\(own)".contains("invisible"))
+            }
+        }
+
         /// A missing, malformed, wrongly signed or expired token gets 401 before the upgrade.
         @Test func badTokensGet401() async throws {
             try await withGateway { gateway in
