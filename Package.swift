@@ -47,6 +47,9 @@ let package = Package(
             name: "RollCallStore",
             dependencies: ["RollCallCore", .product(name: "GRDB", package: "GRDB.swift")]
         ),
+        // Several nodes sharing presence through etcd v3 (docs/cluster.md): a small blocking client of etcd's JSON
+        // gateway over plain sockets, for threads of its own, and the node's membership state machine.
+        .target(name: "RollCallCluster"),
         // The event loop that owns the ROUTER and XPUB sockets and drives the core.
         .target(
             name: "RollCallBroker",
@@ -138,6 +141,7 @@ let package = Package(
         .testTarget(
             name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "RollCallWire", "ZeroMQ"]),
         .testTarget(name: "RollCallBrokerTests", dependencies: ["RollCallBroker", "RollCallCore"]),
+        .testTarget(name: "RollCallClusterTests", dependencies: ["RollCallCluster", "RollCallTestSupport"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
         .testTarget(

@@ -45,8 +45,7 @@ extension EventLoop {
         event.shutDownConnection()
         metrics.refusedConnection()
         let now = clock.now()
-        if lastRefusalWarning.map({ now - $0 >= 10_000 }) ?? true {
-            lastRefusalWarning = now
+        if refusalWarnings.allows(now: now) {
             logger.warning(
                 "connection refused: the broker holds its maximum of connections",
                 metadata: ["max": "\(configuration.maxConnections)"])

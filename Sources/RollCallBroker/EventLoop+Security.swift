@@ -35,8 +35,7 @@ extension EventLoop {
         func refuse(_ reason: String) -> [[UInt8]] {
             metrics.refusedHandshake()
             let now = clock.now()
-            if lastHandshakeWarning.map({ now - $0 >= 10_000 }) ?? true {
-                lastHandshakeWarning = now
+            if handshakeWarnings.allows(now: now) {
                 logger.warning(
                     "handshake refused (logged at most every 10 s; rollcall_handshakes_refused_total counts them)",
                     metadata: ["reason": "\(reason)", "address": "\(String(decoding: request[3], as: UTF8.self))"])

@@ -95,8 +95,7 @@ extension EventLoop {
         case .ignore where message == .other:
             metrics.refusedSubscription()
             let now = clock.now()
-            if lastSubscriptionWarning.map({ now - $0 >= 10_000 }) ?? true {
-                lastSubscriptionWarning = now
+            if subscriptionWarnings.allows(now: now) {
                 logger.warning(
                     """
                     a subscriber sent a message that is not a subscription; until the update endpoint is read empty, \

@@ -23,11 +23,11 @@ final class EventLoop {
     /// The keys that may connect and their roles, with CURVE only (`nil`: every peer may do everything). SIGHUP
     /// replaces it (``replace(authorizedKeys:)``).
     var authorizedKeys: AuthorizedKeys?
-    /// When a refused handshake was last logged.
-    var lastHandshakeWarning: BrokerTime?
+    /// Refused handshakes are logged at most every 10 s.
+    var handshakeWarnings = WarningThrottle()
     /// What may be applied in the XPUB's manual mode (CURVE), and when a subscriber's stray message was last logged.
     var subscriptionGate = ManualSubscriptionGate()
-    var lastSubscriptionWarning: BrokerTime?
+    var subscriptionWarnings = WarningThrottle()
     /// Subscribers per topic in manual mode, for the gauge (manual mode reports every unsubscription).
     var manualSubscriberCounts: [[UInt8]: Int] = [:]
     let logger: Logger
@@ -52,8 +52,8 @@ final class EventLoop {
     let writer: StoreWriter?
     /// The ROUTER's connections, from the socket monitor (ConnectionTracker.swift, EventLoop+Connections.swift).
     var connections = ConnectionTracker()
-    /// When a refused connection was last logged.
-    var lastRefusalWarning: BrokerTime?
+    /// Refused connections are logged at most every 10 s.
+    var refusalWarnings = WarningThrottle()
     /// Updates waiting for full subscribers (EventLoop+Publishing.swift).
     var pending = PendingPublications()
     /// Last values and heartbeats asked for by subscriptions, at most one per topic per interval.

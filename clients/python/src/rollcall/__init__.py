@@ -1,6 +1,6 @@
 """RollCall for Python: a thin client for the presence broker, and what tests need around it.
 
-- `Broker`: the endpoints, plus ``ping``, ``query``, ``group``, ``advance`` (test mode) and the watches below.
+- `Broker`: the endpoints (and, for a broker that runs CURVE, the `Curve` keys), plus ``ping``, ``query``, ``group``, ``advance`` (test mode) and the watches below.
 - `Session`: ``hello``, heartbeats on their own, ``status``, ``bye``.
 - `Subscriber`: the update endpoint's messages, one at a time.
 - `FakeUser`: a device that goes online, changes status, says bye, crashes or freezes.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .broker import Broker
 from .connection import Connection
+from .curve import Curve
 from .errors import BrokerError
 from .expect import GroupWatch, Watch
 from .fakes import FakeUser
@@ -26,6 +27,7 @@ __all__ = [
     "BrokerError",
     "BrokerProcess",
     "Connection",
+    "Curve",
     "FakeUser",
     "GroupWatch",
     "Session",

@@ -6,6 +6,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .connection import Connection, Reply
+from .curve import Curve
 from .expect import GroupWatch, Record, Watch
 from .session import Session
 
@@ -19,9 +20,19 @@ class Broker:
     and so that `advance` can heartbeat the sessions that keep themselves alive.
     """
 
-    def __init__(self, command: str, update: str, *, timeout: float = 5.0, test_mode: Optional[bool] = None) -> None:
+    def __init__(
+        self,
+        command: str,
+        update: str,
+        *,
+        timeout: float = 5.0,
+        test_mode: Optional[bool] = None,
+        curve: Optional[Curve] = None,
+    ) -> None:
         self.command = command
         self.update = update
+        self.curve = curve
+        """The CURVE credentials every connection to this broker uses; None for a broker without CURVE."""
         self.timeout = timeout
         self._test_mode = test_mode
         self._lock = threading.Lock()
@@ -40,7 +51,7 @@ class Broker:
         """Sends any request on the shared connection and returns the reply (raises `BrokerError` on refusal)."""
         with self._lock:
             if self._connection is None:
-                self._connection = Connection(self.command, timeout=self.timeout)
+                self._connection = Connection(self.command, timeout=self.timeout, curve=self.curve)
             connection = self._connection
         return connection.request(op, **fields)
 
@@ -112,7 +123,7 @@ class Broker:
         libzmq to close the TCP connection (without that wait, 13 of 300 still raced beside three busy CPU loops;
         with it, 0 of 500).
         """
-        connection = Connection(self.command, timeout=self.timeout)
+        connection = Connection(self.command, timeout=self.timeout, curve=self.curve)
         try:
             connection.request("ping")
         finally:

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from .curve import Curve
 from .errors import BrokerError
 
 Reply = Dict[str, Any]
@@ -29,7 +30,7 @@ class Connection:
     would close the connection and end sessions, which a test must decide, not the library.
     """
 
-    def __init__(self, endpoint: str, *, timeout: float = 5.0) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = 5.0, curve: Optional[Curve] = None) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -40,6 +41,8 @@ class Connection:
         # delivering a stale request later (§3.3).
         socket.setsockopt(zmq.IMMEDIATE, 1)
         socket.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+        if curve is not None:
+            curve.apply(socket)
         socket.connect(endpoint)
         self._socket: Optional[zmq.Socket[bytes]] = socket
 

@@ -97,7 +97,7 @@ class Watch:
 
     def __init__(self, broker: Broker, users: Sequence[str], *, timeout: float = 5.0) -> None:
         update_endpoint = broker.update
-        self._subscriber = Subscriber(update_endpoint)
+        self._subscriber = Subscriber(update_endpoint, curve=broker.curve)
         self._streams: Dict[str, _Stream] = {user: _Stream() for user in users}
         self._subscriber.subscribe_users(*users)
         deadline = time.monotonic() + timeout
@@ -213,7 +213,7 @@ class GroupWatch:
         self.broker = broker
         self.group = group
         self.definition: Optional[Record] = None
-        self._subscriber = Subscriber(update_endpoint)
+        self._subscriber = Subscriber(update_endpoint, curve=broker.curve)
         self._stream = _Stream()
         self._subscriber.subscribe_groups(group)
         deadline = time.monotonic() + timeout

@@ -41,7 +41,7 @@ class Session:
         self.broker = broker
         self.user = user
         self.device = device
-        self.connection = Connection(broker.command, timeout=broker.timeout)
+        self.connection = Connection(broker.command, timeout=broker.timeout, curve=broker.curve)
         try:
             reply = self.connection.request("hello", user=user, device=device, status=status, text=text, ttl_ms=ttl_ms)
         except BaseException:
@@ -99,7 +99,7 @@ class Session:
         """
         self.stop_heartbeats()
         self.connection.close()
-        self.connection = Connection(self.broker.command, timeout=self.broker.timeout)
+        self.connection = Connection(self.broker.command, timeout=self.broker.timeout, curve=self.broker.curve)
         self.heartbeat()
         if self._heartbeat:
             self._keep_alive()

@@ -10,6 +10,8 @@ from typing import Any, Dict, Optional
 
 import zmq
 
+from .curve import Curve
+
 
 @dataclass(frozen=True)
 class Update:
@@ -26,10 +28,12 @@ class Subscriber:
     §8.6): wait for that first message before relying on the subscription, as `Watch` does.
     """
 
-    def __init__(self, update_endpoint: str) -> None:
+    def __init__(self, update_endpoint: str, *, curve: Optional[Curve] = None) -> None:
         self.endpoint = update_endpoint
         socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
         socket.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(socket)
         socket.connect(update_endpoint)
         self._socket: Optional[zmq.Socket[bytes]] = socket
 

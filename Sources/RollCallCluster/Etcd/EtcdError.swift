@@ -1,0 +1,40 @@
+/// Why an etcd call failed. ``isUnavailable`` tells the failures that mean "etcd cannot be reached or cannot
+/// answer now" (try another member, or later) from answers that a retry would not change.
+public enum EtcdError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// No connection to the member, or the connection broke.
+    case unreachable(String, String)
+    /// The member did not answer within the deadline.
+    case timedOut(String)
+    /// The member answered with an HTTP error (the gateway's JSON error body kept as text).
+    case http(status: Int, String)
+    /// The reply was not what etcd's gateway sends.
+    case protocolError(String)
+    /// A watch's start revision is older than the store's compaction: start again from a snapshot.
+    case compacted(compactRevision: Int64)
+    /// A lease that no longer exists (expired or revoked).
+    case leaseNotFound(Int64)
+    /// A watch was cancelled by its owner.
+    case cancelled
+
+    public var description: String {
+        switch self {
+        case .unreachable(let member, let reason): "etcd member \(member) unreachable: \(reason)"
+        case .timedOut(let member): "etcd member \(member) did not answer in time"
+        case .http(let status, let body): "etcd answered HTTP \(status): \(body)"
+        case .protocolError(let reason): "unexpected reply from etcd: \(reason)"
+        case .compacted(let revision): "watch start is older than etcd's compaction (at revision \(revision))"
+        case .leaseNotFound(let id): "etcd lease \(id) not found"
+        case .cancelled: "watch cancelled"
+        }
+    }
+
+    /// Whether another member, or the same one later, may succeed: no connection, no answer in time, or an
+    /// answer that says the cluster cannot serve now (no leader, 5xx).
+    public var isUnavailable: Bool {
+        switch self {
+        case .unreachable, .timedOut: true
+        case .http(let status, _): status >= 500 || status == 429
+        default: false
+        }
+    }
+}

@@ -1,0 +1,412 @@
+import Foundation
+import Synchronization
+
+/// One node's part in the cluster, at run time: a worker thread that drives ``NodeMembership`` with a real
+/// ``EtcdClient`` (lease, registration, snapshot, keep-alives, the node's writes) and a watch that feeds
+/// ``ClusterReplica``. Whoever owns it (the broker's event loop) hands it writes and gets back, through `notify` on
+/// the worker's thread, the node's state and the cluster's changes, its own writes included, in etcd's order.
+///
+/// Nothing here blocks the caller: ``write(_:)`` queues and returns. The owner must not treat its own writes as
+/// done until they come back as changes; that is what makes every node compute the same records.
+public final class ClusterNode: Sendable {
+    public struct Configuration: Sendable {
+        public var endpoints: [EtcdEndpoint]
+        /// This node's name in the cluster. Range: ``ClusterKeys/isValidNodeID(_:)``.
+        public var nodeID: String
+        public var membership: NodeMembership.Configuration
+        public var keys: ClusterKeys
+        /// How long one etcd call may take on one member. Range: 100 ms and more; under a third of the lease.
+        public var requestTimeout: Duration
+        /// What the node says about itself in its incarnation key (JSON, for operators reading etcd).
+        public var description: String
+
+        public init(
+            endpoints: [EtcdEndpoint], nodeID: String, leaseMs: Int64 = 5_000, keys: ClusterKeys = ClusterKeys(),
+            requestTimeout: Duration = .milliseconds(500), description: String = "{}"
+        ) {
+            self.endpoints = endpoints
+            self.nodeID = nodeID
+            self.membership = NodeMembership.Configuration(leaseMs: leaseMs)
+            self.keys = keys
+            self.requestTimeout = requestTimeout
+            self.description = description
+        }
+    }
+
+    /// A write the owner asks for; each is one etcd transaction.
+    public enum Write: Sendable, Equatable {
+        /// Creates or changes one of this node's sessions (under its lease), with the user's record if given.
+        case putSession(id: String, value: String, user: (id: String, record: String)?)
+        /// Ends one of this node's sessions, with the user's record if given.
+        case endSession(id: String, user: (id: String, record: String)?)
+        case putUser(id: String, record: String)
+        case putGroup(id: String, definition: String)
+        case deleteGroup(id: String)
+
+        public static func == (lhs: Write, rhs: Write) -> Bool { "\(lhs)" == "\(rhs)" }
+    }
+
+    /// What the node reports to its owner, on the worker's thread, in order.
+    public enum Notification: Sendable, Equatable {
+        case state(NodeMembership.State)
+        /// Changes of the cluster, in etcd's order, each with its revision.
+        case changes([ClusterReplica.Change])
+        /// A write failed and was dropped (etcd refused it, or the node stopped).
+        case writeFailed(Write, String)
+    }
+
+    private struct Shared {
+        var writes: [Write] = []
+        var watchUpdates: [EtcdWatch.Update] = []
+        var stopping = false
+        /// Stopping without revoking the lease.
+        var abandoning = false
+        var state: NodeMembership.State = .joining(attempt: 0)
+        var servingUntilMs: Int64?
+        var seqBase: UInt64?
+        var incarnation: ClusterKeys.Incarnation?
+    }
+
+    public let configuration: Configuration
+    private let shared = Mutex(Shared())
+    private let work = DispatchSemaphore(value: 0)
+    private let done = DispatchSemaphore(value: 0)
+    private let notify: @Sendable (Notification) -> Void
+    private let started = Atomic<Bool>(false)
+    private let joined = Atomic<Bool>(false)
+
+    public init(configuration: Configuration, notify: @escaping @Sendable (Notification) -> Void) {
+        precondition(ClusterKeys.isValidNodeID(configuration.nodeID), "invalid node id \(configuration.nodeID)")
+        self.configuration = configuration
+        self.notify = notify
+    }
+
+    /// Starts the worker: the node joins as soon as etcd answers.
+    public func start() {
+        guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let thread = Thread { [self] in
+            var worker = Worker(node: self)
+            worker.run()
+        }
+        thread.name = "rollcall-cluster"
+        thread.start()
+    }
+
+    /// The node's state now.
+    public var state: NodeMembership.State { shared.withLock { $0.state } }
+
+    /// Whether the node may take new sessions now: it is live and etcd answered it recently enough (less than
+    /// ``NodeMembership/Configuration/cutOffAfterMs`` ago). Computed from the clock, so it turns false on time even
+    /// while the worker is stuck in a call that etcd does not answer. Safe from any thread.
+    public var acceptsSessions: Bool {
+        guard let until = shared.withLock({ $0.servingUntilMs }) else { return false }
+        return nowMs < until
+    }
+
+    private let origin = ContinuousClock.now
+
+    /// Milliseconds since the node was made, on the monotonic clock.
+    var nowMs: Int64 {
+        let elapsed = ContinuousClock.now - origin
+        return elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+    }
+
+    /// The cluster's `seq` base, once the node has joined (see ``ClusterReplica/seq(at:)``).
+    public var seqBase: UInt64? { shared.withLock { $0.seqBase } }
+
+    /// The node's current incarnation, once it has joined.
+    public var incarnation: ClusterKeys.Incarnation? { shared.withLock { $0.incarnation } }
+
+    /// Queues a write; returns at once. Its effect comes back as changes through `notify`.
+    public func write(_ write: Write) {
+        shared.withLock { $0.writes.append(write) }
+        work.signal()
+    }
+
+    /// Stops: ends this node's sessions everywhere at once (revokes its lease, if etcd answers), stops the watch and
+    /// the worker, and returns when that is done.
+    public func stop() {
+        shared.withLock { $0.stopping = true }
+        waitForTheWorker()
+    }
+
+    /// Stops the worker without revoking the lease: for tests, as a node's death looks to the rest (its lease runs
+    /// out).
+    public func abandon() {
+        shared.withLock {
+            $0.stopping = true
+            $0.abandoning = true
+        }
+        waitForTheWorker()
+    }
+
+    /// Wakes the worker and waits for it to end; once only, whoever asks first (later calls return at once).
+    private func waitForTheWorker() {
+        work.signal()
+        guard started.load(ordering: .acquiring), !joined.exchange(true, ordering: .acquiringAndReleasing) else {
+            return
+        }
+        done.wait()
+    }
+
+    // MARK: - The worker
+
+    /// Everything the worker thread owns.
+    private struct Worker {
+        let node: ClusterNode
+        let client: EtcdClient
+        var membership: NodeMembership
+        var replica: ClusterReplica
+        var watch: EtcdWatch?
+        var lease: Int64 = 0
+        /// The node's live sessions, by id: written again under a new lease when the node joins again.
+        var localSessions: [String: String] = [:]
+        var keepAliveFailed = false
+
+        init(node: ClusterNode) {
+            self.node = node
+            client = EtcdClient(
+                endpoints: node.configuration.endpoints, requestTimeout: node.configuration.requestTimeout)
+            membership = NodeMembership(configuration: node.configuration.membership)
+            replica = ClusterReplica(keys: node.configuration.keys)
+        }
+
+        var nowMs: Int64 { node.nowMs }
+
+        var keys: ClusterKeys { node.configuration.keys }
+
+        mutating func run() {
+            defer { node.done.signal() }
+            perform(membership.handle(.start(nowMs: nowMs)))
+            while true {
+                _ = node.work.wait(timeout: .now() + .milliseconds(20))
+                let (writes, updates, stopping, abandon) = node.shared.withLock { shared in
+                    defer {
+                        shared.watchUpdates = []
+                        if shared.state.isLive { shared.writes = [] }
+                    }
+                    return (
+                        shared.state.isLive ? shared.writes : [], shared.watchUpdates, shared.stopping,
+                        shared.abandoning
+                    )
+                }
+                for update in updates { handle(update) }
+                if stopping {
+                    watch?.cancel()
+                    if !abandon { perform(membership.handle(.stop)) }
+                    for write in node.shared.withLock({ $0.writes }) {
+                        node.notify(.writeFailed(write, "the node stopped"))
+                    }
+                    return
+                }
+                var next = writes.startIndex
+                while next < writes.endIndex {
+                    let batch = nextBatch(writes[next...])
+                    guard perform(batch) else {
+                        // etcd cannot answer now: keep this batch and the later writes, in order, for the next turn.
+                        let rest = writes[next...]
+                        node.shared.withLock { $0.writes.insert(contentsOf: rest, at: 0) }
+                        break
+                    }
+                    next += batch.count
+                    // A long queue must not hold up the lease's renewal: it is due whatever is queued.
+                    perform(membership.handle(.tick(nowMs: nowMs)))
+                }
+                perform(membership.handle(.tick(nowMs: nowMs)))
+            }
+        }
+
+        // MARK: Membership actions
+
+        mutating func perform(_ actions: [NodeMembership.Action]) {
+            let until = membership.servingUntilMs
+            node.shared.withLock { $0.servingUntilMs = until }
+            for action in actions { perform(action) }
+        }
+
+        mutating func perform(_ action: NodeMembership.Action) {
+            let sent = nowMs
+            switch action {
+            case .grantLease:
+                do {
+                    let granted = try client.grant(ttlSeconds: node.configuration.membership.leaseSeconds)
+                    perform(membership.handle(.leaseGranted(granted.id, nowMs: sent)))
+                } catch {
+                    perform(membership.handle(.callFailed(nowMs: sent)))
+                }
+            case .register(let lease):
+                do {
+                    try register(lease: lease)
+                    let revision = try resync()
+                    perform(membership.handle(.snapshotLoaded(revision: revision, nowMs: sent)))
+                    revokePreviousIncarnations()
+                } catch {
+                    perform(membership.handle(.callFailed(nowMs: sent)))
+                }
+            case .keepAlive(let lease):
+                keepAliveFailed = true
+                do {
+                    try client.keepAlive(lease: lease)
+                    keepAliveFailed = false
+                    perform(membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: sent)))
+                } catch EtcdError.leaseNotFound {
+                    perform(membership.handle(.keepAliveAnswered(leaseAlive: false, nowMs: sent)))
+                } catch {
+                    perform(membership.handle(.callFailed(nowMs: sent)))
+                }
+            case .probe(let lease):
+                guard membership.state.isLive, !keepAliveFailed else { return }
+                let incarnation = ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)
+                if let revision = try? client.put(
+                    keys.key(.node(incarnation)), node.configuration.description, lease: lease)
+                {
+                    perform(membership.handle(.wrote(revision: revision, nowMs: sent)))
+                }
+            case .restartWatch:
+                watch?.reconnect()
+            case .resync:
+                do {
+                    _ = try resync()
+                } catch {
+                    perform(membership.handle(.callFailed(nowMs: sent)))
+                }
+            case .report(let state):
+                node.shared.withLock { $0.state = state }
+                node.notify(.state(state))
+            case .revoke(let lease):
+                try? client.revoke(lease: lease)
+            }
+        }
+
+        /// Writes the incarnation's key and the node's live sessions under `lease`, in one transaction, with the
+        /// cluster's seq base if no node wrote it before.
+        mutating func register(lease: Int64) throws {
+            let incarnation = ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)
+            var operations: [EtcdOperation] = [
+                .put(key: keys.key(.node(incarnation)), value: node.configuration.description, lease: lease)
+            ]
+            for (id, value) in localSessions.sorted(by: { $0.key < $1.key }) {
+                let session = ClusterKeys.SessionKey(incarnation: incarnation, id: id)
+                operations.append(.put(key: keys.key(.session(session)), value: value, lease: lease))
+            }
+            // The first node to join writes the cluster's seq base; the others leave it as it is.
+            let base = String(UInt64(max(0, Date().timeIntervalSince1970 * 1_000)) * 1_000)
+            let cluster = keys.key(.cluster)
+            _ = try client.txn(
+                compare: [.absent(cluster)], success: operations + [.put(key: cluster, value: base, lease: 0)],
+                failure: operations)
+            self.lease = lease
+            node.shared.withLock { $0.incarnation = incarnation }
+        }
+
+        /// Reads a snapshot, hands the differences to the owner, and starts a new watch just after it.
+        mutating func resync() throws -> Int64 {
+            watch?.cancel()
+            watch = nil
+            let snapshot = try client.snapshot(prefix: keys.prefix)
+            let changes = replica.load(snapshot: snapshot.kvs, revision: snapshot.revision)
+            let base = replica.seqBase
+            node.shared.withLock { $0.seqBase = base }
+            if !changes.isEmpty { node.notify(.changes(changes)) }
+            let target = node
+            watch = client.watch(prefix: keys.prefix, from: snapshot.revision + 1) { update in
+                target.shared.withLock { $0.watchUpdates.append(update) }
+                target.work.signal()
+            }
+            return snapshot.revision
+        }
+
+        /// Revokes the leases of this node's earlier runs still in etcd (it restarted before they ran out): their
+        /// sessions end everywhere now, as lost with their node, instead of when the lease runs out.
+        func revokePreviousIncarnations() {
+            for incarnation in replica.incarnations(of: node.configuration.nodeID) where incarnation.lease != lease {
+                try? client.revoke(lease: incarnation.lease)
+            }
+        }
+
+        mutating func handle(_ update: EtcdWatch.Update) {
+            switch update {
+            case .events(let events):
+                let changes = replica.apply(events)
+                _ = membership.handle(.watched(revision: replica.revision))
+                if !changes.isEmpty { node.notify(.changes(changes)) }
+            case .progress(let revision):
+                _ = membership.handle(.watched(revision: revision))
+            case .compacted:
+                perform(membership.handle(.watchCompacted))
+            case .connected, .disconnected:
+                break
+            }
+        }
+
+        // MARK: Writes
+
+        /// The most operations etcd takes in one transaction (its `--max-txn-ops` default).
+        static let maxOperations = 128
+
+        /// The longest run of writes at the head of `writes` that fits one transaction: at most
+        /// ``maxOperations`` operations, and no key twice (etcd refuses a transaction that names a key twice).
+        func nextBatch(_ writes: ArraySlice<Write>) -> ArraySlice<Write> {
+            var keys: Set<String> = []
+            var operations = 0
+            var end = writes.startIndex
+            while end < writes.endIndex {
+                let these = self.operations(for: writes[end]).map(\.key)
+                guard
+                    end == writes.startIndex
+                        || (operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these))
+                else { break }
+                keys.formUnion(these)
+                operations += these.count
+                end += 1
+            }
+            return writes[writes.startIndex..<end]
+        }
+
+        /// What one write changes in etcd.
+        func operations(for write: Write) -> [EtcdOperation] {
+            let incarnation = ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)
+            switch write {
+            case .putSession(let id, let value, let user):
+                let session = ClusterKeys.SessionKey(incarnation: incarnation, id: id)
+                return [.put(key: keys.key(.session(session)), value: value, lease: lease)]
+                    + (user.map { [.put(key: keys.key(.user($0.id)), value: $0.record, lease: 0)] } ?? [])
+            case .endSession(let id, let user):
+                let session = ClusterKeys.SessionKey(incarnation: incarnation, id: id)
+                return [.delete(key: keys.key(.session(session)), prefix: false)]
+                    + (user.map { [.put(key: keys.key(.user($0.id)), value: $0.record, lease: 0)] } ?? [])
+            case .putUser(let id, let record):
+                return [.put(key: keys.key(.user(id)), value: record, lease: 0)]
+            case .putGroup(let id, let definition):
+                return [.put(key: keys.key(.group(id)), value: definition, lease: 0)]
+            case .deleteGroup(let id):
+                return [.delete(key: keys.key(.group(id)), prefix: false)]
+            }
+        }
+
+        /// Sends a batch of writes as one transaction; returns `false` when etcd could not answer and the batch
+        /// should be tried again.
+        mutating func perform(_ batch: ArraySlice<Write>) -> Bool {
+            for write in batch {
+                switch write {
+                case .putSession(let id, let value, _): localSessions[id] = value
+                case .endSession(let id, _): localSessions[id] = nil
+                default: break
+                }
+            }
+            let sent = nowMs
+            do {
+                let result = try client.txn(compare: [], success: batch.flatMap { operations(for: $0) })
+                perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
+                return true
+            } catch let error as EtcdError where error.isUnavailable {
+                perform(membership.handle(.callFailed(nowMs: sent)))
+                return false
+            } catch {
+                // Refused for good (a lease etcd no longer has: the node joins again and writes its sessions anew).
+                for write in batch { node.notify(.writeFailed(write, "\(error)")) }
+                return true
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+import RollCallCluster
+import Testing
+
+/// The node's membership state machine, driven by hand with a clock in milliseconds: no etcd, no sockets.
+@Suite struct NodeMembershipTests {
+    let configuration = NodeMembership.Configuration(leaseMs: 6_000)
+
+    /// Joins: takes the node from start to live with lease 7, at t = 100 ms.
+    func joined() -> NodeMembership {
+        var membership = NodeMembership(configuration: configuration)
+        #expect(membership.handle(.start(nowMs: 0)) == [.grantLease])
+        #expect(membership.handle(.leaseGranted(7, nowMs: 50)) == [.register(lease: 7)])
+        #expect(membership.handle(.snapshotLoaded(revision: 40, nowMs: 100)) == [.report(.live(lease: 7))])
+        return membership
+    }
+
+    /// A node goes live only once it has a lease, is registered and has its snapshot, and renews its lease every
+    /// third of it.
+    @Test func joinsThenKeepsTheLeaseAlive() {
+        var membership = joined()
+        #expect(membership.state == .live(lease: 7))
+        #expect(membership.nextDeadlineMs == 2_100)
+        #expect(membership.handle(.tick(nowMs: 2_000)).isEmpty)
+        // Nothing written since joining: a probe goes with the keep-alive, so the watch has something to bring back.
+        #expect(membership.handle(.tick(nowMs: 2_100)) == [.keepAlive(lease: 7), .probe(lease: 7)])
+        #expect(membership.handle(.tick(nowMs: 2_200)).isEmpty)  // One call at a time.
+        #expect(membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: 2_100)).isEmpty)
+        #expect(membership.handle(.wrote(revision: 41, nowMs: 2_100)).isEmpty)
+        #expect(membership.handle(.watched(revision: 41)).isEmpty)
+        #expect(membership.handle(.tick(nowMs: 4_200)) == [.keepAlive(lease: 7), .probe(lease: 7)])
+        #expect(membership.state == .live(lease: 7))
+    }
+
+    /// Failing to reach etcd while joining retries after a pause, with a new lease, and counts the attempts.
+    @Test func retriesAJoinThatFails() {
+        var membership = NodeMembership(configuration: configuration)
+        _ = membership.handle(.start(nowMs: 0))
+        #expect(membership.handle(.callFailed(nowMs: 1_000)).isEmpty)
+        #expect(membership.state == .joining(attempt: 1))
+        #expect(membership.handle(.tick(nowMs: 1_500)).isEmpty)
+        #expect(membership.handle(.tick(nowMs: 2_000)) == [.grantLease])
+        #expect(membership.handle(.leaseGranted(9, nowMs: 2_000)) == [.register(lease: 9)])
+        #expect(membership.handle(.callFailed(nowMs: 2_100)).isEmpty)
+        #expect(membership.handle(.tick(nowMs: 3_100)) == [.grantLease])
+        #expect(membership.handle(.leaseGranted(10, nowMs: 3_100)) == [.register(lease: 10)])
+        #expect(membership.handle(.snapshotLoaded(revision: 5, nowMs: 3_200)) == [.report(.live(lease: 10))])
+    }
+
+    /// Without an answer from etcd for two thirds of the lease, the node says it is cut off, before etcd can have
+    /// expired the lease; an answer with the lease still there makes it live again.
+    @Test func cutOffBeforeTheLeaseCanExpireAndBack() {
+        var membership = joined()
+        _ = membership.handle(.tick(nowMs: 2_100))
+        // The keep-alive sent at 2_100 fails: not yet cut off (last answer at 100).
+        #expect(membership.handle(.callFailed(nowMs: 3_100)).isEmpty)
+        #expect(membership.state == .live(lease: 7))
+        // At 100 + 4_000 the node is cut off, and it tries again.
+        #expect(membership.handle(.tick(nowMs: 4_099)).isEmpty)
+        #expect(
+            membership.handle(.tick(nowMs: 4_100)) == [
+                .report(.cutOff(lease: 7, sinceMs: 4_100)), .keepAlive(lease: 7),
+            ])
+        #expect(membership.state.isLive == false)
+        // Cut off, it retries sooner than every third of the lease.
+        #expect(membership.handle(.callFailed(nowMs: 4_200)).isEmpty)
+        #expect(membership.handle(.tick(nowMs: 5_200)) == [.keepAlive(lease: 7)])
+        // A keep-alive that finds the lease alive ends the cut-off.
+        #expect(membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: 5_200)) == [.report(.live(lease: 7))])
+    }
+
+    /// A lease found gone (it expired while the node was cut off) makes the node join again with a new lease.
+    @Test func rejoinsWhenTheLeaseIsGone() {
+        var membership = joined()
+        _ = membership.handle(.tick(nowMs: 2_100))
+        #expect(
+            membership.handle(.keepAliveAnswered(leaseAlive: false, nowMs: 2_100)) == [
+                .report(.joining(attempt: 0)), .grantLease,
+            ])
+        #expect(membership.handle(.leaseGranted(8, nowMs: 2_200)) == [.register(lease: 8)])
+        #expect(membership.handle(.snapshotLoaded(revision: 90, nowMs: 2_300)) == [.report(.live(lease: 8))])
+    }
+
+    /// A write of the node's own that does not come back through the watch within the lag limit restarts the
+    /// watch; one that comes back in time does not.
+    @Test func restartsASilentWatch() {
+        var membership = joined()
+        _ = membership.handle(.wrote(revision: 50, nowMs: 200))
+        _ = membership.handle(.watched(revision: 50))
+        #expect(membership.handle(.tick(nowMs: 2_100)) == [.keepAlive(lease: 7)])
+        _ = membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: 2_100))
+        _ = membership.handle(.wrote(revision: 60, nowMs: 2_200))
+        _ = membership.handle(.watched(revision: 59))
+        #expect(membership.handle(.tick(nowMs: 4_199)).contains(.restartWatch) == false)
+        #expect(membership.handle(.tick(nowMs: 4_200)).contains(.restartWatch))
+        // Asked once per lagging write.
+        #expect(membership.handle(.tick(nowMs: 4_300)).contains(.restartWatch) == false)
+    }
+
+    /// A watch behind compaction asks for a fresh snapshot.
+    @Test func resyncsAfterCompaction() {
+        var membership = joined()
+        #expect(membership.handle(.watchCompacted) == [.resync])
+        #expect(membership.state == .live(lease: 7))
+    }
+
+    /// Stopping a live node revokes its lease, so that its sessions end everywhere at once; a stopped node does
+    /// nothing more.
+    @Test func stopRevokesTheLease() {
+        var membership = joined()
+        #expect(membership.handle(.stop) == [.report(.stopped), .revoke(lease: 7)])
+        #expect(membership.handle(.tick(nowMs: 10_000)).isEmpty)
+        #expect(membership.handle(.start(nowMs: 10_000)).isEmpty)
+    }
+
+    /// The lease in whole seconds rounds up, and the derived intervals keep their order: renew < cut off < lease.
+    @Test(arguments: [2_000, 2_500, 5_000, 60_000] as [Int64])
+    func derivedIntervals(_ leaseMs: Int64) {
+        let configuration = NodeMembership.Configuration(leaseMs: leaseMs)
+        #expect(configuration.leaseSeconds * 1_000 >= leaseMs)
+        #expect(configuration.keepAliveIntervalMs < configuration.cutOffAfterMs)
+        #expect(configuration.cutOffAfterMs < configuration.leaseMs)
+    }
+}
