@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "rollcall", targets: ["rollcall"]),
         .executable(name: "rollcall-bench", targets: ["rollcall-bench"]),
         .library(name: "RollCallClient", targets: ["RollCallClient"]),
+        .library(name: "RollCallWebSocketClient", targets: ["RollCallWebSocketClient"]),
         .library(name: "RollCallBroker", targets: ["RollCallBroker"]),
         .library(name: "RollCallTestKit", targets: ["RollCallTestKit"]),
     ],
@@ -64,6 +65,15 @@ let package = Package(
         // What a client does, whatever its transport: the session's state machine. No libzmq, so that a client
         // over another transport can use it.
         .target(name: "RollCallClientCore", dependencies: ["RollCallCore", "RollCallWire"]),
+        // Presence over the WebSocket endpoint, for apps that cannot ship libzmq: no ZeroMQ here.
+        .target(
+            name: "RollCallWebSocketClient",
+            dependencies: [
+                "RollCallCore", "RollCallWire",
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The client library the CLI and the tests use.
         .target(
             name: "RollCallClient",
@@ -122,7 +132,7 @@ let package = Package(
             name: "rollcall",
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
-                "RollCallSecurity", "RollCallWire", "RollCallTestSupport", "ZeroMQ",
+                "RollCallSecurity", "RollCallWebSocketClient", "RollCallWire", "RollCallTestSupport", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -51,3 +51,32 @@ extension Integration {
         }
     }
 }
+
+extension Integration {
+    @Suite("rollcall watch --ws")
+    struct WatchOverWebSocketTests {
+        /// `rollcall watch --ws URL --token T USER` (RollCallWebSocketClient, which does not link libzmq) prints the
+        /// user's current record, then each change made over ZeroMQ, as the same JSON lines as `watch` over ZeroMQ;
+        /// SIGINT ends it with 0.
+        @Test func watchPrintsRecordsOverWebSocket() async throws {
+            try await withGateway { gateway in
+                let token = try await gateway.token("watcher")
+                let watch = try ChildProcess(
+                    ChildProcess.rollcall, ["watch", "--ws", gateway.url, "--token", token, "amy"])
+                defer { watch.terminate() }
+                let first = try watch.waitForOutput(containing: #""user":"amy""#, timeout: 10_000)
+                #expect(first.contains(#""status":"offline""#))
+                let client = try gateway.broker.client()
+                let session = try client.hello(.init(user: "amy".id, status: .busy, text: "over ws")).session
+                let online = try watch.waitForOutput(containing: #""text":"over ws""#, timeout: 10_000)
+                let record = try Codec.decodeRecord(Array(online.utf8))
+                #expect(record.status == .busy)
+                #expect(try client.query(["amy".id])["amy".id]?.seq == record.seq)
+                try client.bye(session)
+                watch.signal(SIGINT)
+                #expect(try watch.waitForExit(timeout: 10_000) == 0)
+                print("watch --ws printed: \(watch.stdout.split(separator: "\n").count) lines")
+            }
+        }
+    }
+}
