@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "rollcall", targets: ["rollcall"]),
         .executable(name: "rollcall-bench", targets: ["rollcall-bench"]),
         .library(name: "RollCallClient", targets: ["RollCallClient"]),
+        .library(name: "RollCallWebSocketClient", targets: ["RollCallWebSocketClient"]),
         .library(name: "RollCallBroker", targets: ["RollCallBroker"]),
         .library(name: "RollCallTestKit", targets: ["RollCallTestKit"]),
     ],
@@ -18,6 +19,8 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.1.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.1"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
@@ -62,6 +65,15 @@ let package = Package(
         // What a client does, whatever its transport: the session's state machine. No libzmq, so that a client
         // over another transport can use it.
         .target(name: "RollCallClientCore", dependencies: ["RollCallCore", "RollCallWire"]),
+        // Presence over the WebSocket endpoint, for apps that cannot ship libzmq: no ZeroMQ here.
+        .target(
+            name: "RollCallWebSocketClient",
+            dependencies: [
+                "RollCallCore", "RollCallWire",
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The client library the CLI and the tests use.
         .target(
             name: "RollCallClient",
@@ -86,6 +98,21 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The WebSocket front door: an HTTP server on its own threads that checks tokens (JWT) before the upgrade and
+        // hands requests to the event loop through its gateway inbox. It never touches the core.
+        .target(
+            name: "RollCallGateway",
+            dependencies: [
+                "RollCallBroker", "RollCallCore", "RollCallSecurity", "RollCallWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, and
         // the fake users of `rollcall simulate`.
         .target(
@@ -104,8 +131,8 @@ let package = Package(
         .executableTarget(
             name: "rollcall",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallSecurity",
-                "RollCallWire", "RollCallTestSupport", "ZeroMQ",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
+                "RollCallSecurity", "RollCallWebSocketClient", "RollCallWire", "RollCallTestSupport", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -130,9 +157,13 @@ let package = Package(
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallSecurity",
-                "RollCallStore", "RollCallTestSupport",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
+                "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
                 "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

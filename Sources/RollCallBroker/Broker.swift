@@ -23,7 +23,8 @@ public final class Broker: Service, Sendable {
     private let loop: Mutex<EventLoop?>
     private let context: Context
     private let waker: Waker
-    private let mailbox: LoopMailbox
+    let mailbox: LoopMailbox
+    let configuration: BrokerConfiguration
     private let loopHeartbeat = LoopHeartbeat()
     private let stopping = Atomic<Bool>(false)
     private let looping = Atomic<Bool>(false)
@@ -117,6 +118,7 @@ public final class Broker: Service, Sendable {
         self.waker = waker
         let mailbox = LoopMailbox(waker: waker)
         self.mailbox = mailbox
+        self.configuration = configuration
         self.context = context
         self.logger = logger
         let store: (any PresenceStore)?
@@ -290,7 +292,7 @@ public enum BrokerError: Error, CustomStringConvertible {
 }
 
 /// A continuation resumed once, by whichever comes first: the loop's answer or the timeout.
-private final class OneAnswer<T: Sendable>: Sendable {
+final class OneAnswer<T: Sendable>: Sendable {
     private let continuation = Mutex<CheckedContinuation<T?, Never>?>(nil)
 
     func wait(_ continuation: CheckedContinuation<T?, Never>) { self.continuation.withLock { $0 = continuation } }

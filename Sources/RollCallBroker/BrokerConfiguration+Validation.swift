@@ -105,6 +105,7 @@ extension BrokerConfiguration {
                         + "give --curve-secret-key-file and --authorized-keys (docs/security.md), or --insecure")
             }
         }
+        try validateWebSocket()
         guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
             throw ConfigurationError(
                 "--heartbeat-ms",
@@ -112,7 +113,7 @@ extension BrokerConfiguration {
         }
     }
 
-    private static func check<T: BinaryInteger>(
+    static func check<T: BinaryInteger>(
         _ setting: String, _ value: T, in range: ClosedRange<T>, unit: String = ""
     ) throws(ConfigurationError) {
         guard !range.contains(value) else { return }

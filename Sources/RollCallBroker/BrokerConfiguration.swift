@@ -60,10 +60,13 @@ public struct BrokerConfiguration: Sendable {
     /// cannot refuse one), so that what every connection can cost adds up to a bound. The default stays below the
     /// systemd unit's `LimitNOFILE=65536`. Range: 1...10_000_000.
     public var maxConnections = 60_000
+    /// The WebSocket front door (docs/websocket.md); off unless ``WebSocketSettings/endpoint`` is set.
+    public var webSocket = WebSocketSettings()
     /// CurveZMQ on both endpoints (docs/security.md); `nil` for the NULL mechanism, where every peer may do
     /// everything.
     public var curve: CurveSettings?
-    /// Whether a non-loopback endpoint may be bound without CURVE (`--insecure`): refused otherwise.
+    /// Whether a non-loopback endpoint may be bound without authentication (CURVE, or tokens and TLS on the
+    /// WebSocket endpoint) (`--insecure`): refused otherwise.
     public var insecure = false
 
     public init() {}

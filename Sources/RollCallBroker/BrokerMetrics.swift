@@ -20,6 +20,7 @@ final class BrokerMetrics {
     private var sessionsEnded: [OfflineReason: Counter] = [:]
     private var sessionsEndedReported: [OfflineReason: UInt64] = [:]
     private let refusedConnections = Counter(label: "rollcall_connections_refused_total")
+    private let slowWebSockets = Counter(label: "rollcall_websockets_closed_slow_total")
     private let handshakesRefused = Counter(label: "rollcall_handshakes_refused_total")
     private let subscriptionsRefused = Counter(label: "rollcall_subscriptions_refused_total")
     private let sessions = Gauge(label: "rollcall_sessions")
@@ -63,6 +64,9 @@ final class BrokerMetrics {
 
     /// A connection closed at once, past `--max-connections`.
     func refusedConnection() { refusedConnections.increment() }
+
+    /// A WebSocket connection closed because its send queue went over its bound.
+    func closedSlowWebSocket() { slowWebSockets.increment() }
 
     /// A CURVE handshake refused by the ZAP handler: the client's key is not in the authorized-keys table.
     func refusedHandshake() { handshakesRefused.increment() }

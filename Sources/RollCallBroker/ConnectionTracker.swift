@@ -47,6 +47,13 @@ struct ConnectionTracker {
     /// Open connections.
     var count: Int { byDescriptor.count }
 
+    /// A fresh id for a connection of another transport (a WebSocket), from the same count, so that no two
+    /// connections of any transport share one.
+    mutating func issue() -> ConnectionID {
+        issued += 1
+        return ConnectionID(issued)
+    }
+
     /// Applies a monitor event; returns the connections that closed because of it, for the loop to end their
     /// sessions: the one disconnected, or one whose DISCONNECTED was missed and whose descriptor came back.
     mutating func apply(_ event: Event) -> [Connection] {

@@ -17,6 +17,7 @@ extension EventLoop {
         case UInt8(ascii: "g"): metrics.published(.group)
         default: metrics.published(.broker)
         }
+        if !gateway.hasNoSubscribers { deliverToGateway(topic, body) }
         // The fast path: nothing waits, so order allows sending at once.
         if pending.isEmpty, transmit(topic, body) != .full { return }
         let now = clock.now()
@@ -79,7 +80,7 @@ extension EventLoop {
         }
     }
 
-    private func bytes(of body: PendingPublications.Body) -> [UInt8] {
+    func bytes(of body: PendingPublications.Body) -> [UInt8] {
         switch body {
         case .bytes(let bytes): bytes
         case .heartbeat: Codec.encodeBrokerHeartbeat(heartbeat(now: clock.now()))

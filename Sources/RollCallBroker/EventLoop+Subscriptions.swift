@@ -148,7 +148,7 @@ extension EventLoop {
     }
 
     /// Publishes what a subscriber of `topic` gets at once: the current record, group aggregate or heartbeat.
-    private func replay(_ topic: Topic) {
+    func replay(_ topic: Topic) {
         let now = clock.now()
         switch topic {
         case .presence(let user): publish(core.record(of: user, now: now))

@@ -71,6 +71,8 @@ final class EventLoop {
     var deferred: [[UInt8]: Deque<DeferredWork>] = [:]
     var deferredOrder: Deque<[UInt8]> = []
     var deferredBytes = 0
+    /// WebSocket connections and their subscriptions (EventLoop+Gateway.swift).
+    var gateway = GatewayTable()
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512

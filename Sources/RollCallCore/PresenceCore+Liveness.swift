@@ -14,8 +14,13 @@ extension PresenceCore {
         var reasons: [UserID: OfflineReason] = [:]
         while let check = expiries.min, check.at <= now {
             expiries.removeMin()
-            guard let session = sessions[check.session] else { continue }  // ended already
+            guard var session = sessions[check.session] else { continue }  // ended already
             if session.expiresAt > now {
+                expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
+            } else if session.isHeldByConnection {
+                // Its connection keeps it alive: checked again a TTL later, so a detach finds a check in the heap.
+                session.expiresAt = now + session.ttl
+                sessions[check.session] = session
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
             } else {
                 expired[session.user, default: []].append(check.session)

@@ -8,16 +8,19 @@ extension PresenceCore {
         public var text: String?
         /// The TTL the client asks for; `nil` for the broker's default. It is clamped to the configured bounds.
         public var ttlMilliseconds: Int64?
+        /// What keeps the session alive (``KeepAlive``).
+        public var keepAlive: KeepAlive
 
         public init(
             user: UserID, device: String? = nil, status: Status = .online, text: String? = nil,
-            ttlMilliseconds: Int64? = nil
+            ttlMilliseconds: Int64? = nil, keepAlive: KeepAlive = .requests
         ) {
             self.user = user
             self.device = device
             self.status = status
             self.text = text
             self.ttlMilliseconds = ttlMilliseconds
+            self.keepAlive = keepAlive
         }
     }
 
@@ -73,7 +76,8 @@ extension PresenceCore {
         statusChanges += 1
         sessions[id] = Session(
             user: hello.user, device: hello.device, status: hello.status, text: normalized(hello.text),
-            statusOrder: statusChanges, ttl: ttl, now: now, connection: connection)
+            statusOrder: statusChanges, ttl: ttl, now: now, connection: connection,
+            keptByConnection: hello.keepAlive == .connection)
         if hello.status == .invisible { invisibleSessionCount += 1 }
         users[hello.user, default: User()].sessions.append(id)
         if recordsSessionEvents { sessionEvents.append(.opened(id, hello.user, connection: connection)) }
@@ -200,5 +204,18 @@ extension PresenceCore {
     private func normalized(_ text: String?) -> String? {
         guard let text, !text.isEmpty else { return nil }
         return text
+    }
+}
+
+extension PresenceCore {
+    /// What keeps a session alive.
+    public enum KeepAlive: String, Sendable, Equatable {
+        /// Its requests (heartbeats or any other): it ends when none names it for its TTL. The default.
+        case requests = "ttl"
+        /// Its connection: while attached to a tracked connection (a WebSocket, a ZeroMQ TCP connection) its TTL does
+        /// not run out, so an idle client sends nothing; it ends when the connection closes (at once, or after the
+        /// grace period), by `bye`, or, once detached, by its TTL. Over a transport the broker cannot track it is
+        /// the same as ``requests``.
+        case connection
     }
 }

@@ -35,13 +35,16 @@ extension PresenceCore {
         /// When the status last changed, as a core-wide counter: among equal statuses the latest change wins.
         var statusOrder: UInt64
         let ttl: Int64
+        /// `hello` asked for ``KeepAlive/connection``: while attached to a tracked connection its TTL does not run
+        /// out; it ends when the connection closes (after the grace period), by `bye`, or by its TTL once detached.
+        let keptByConnection: Bool
         var expiresAt: BrokerTime
         private(set) var state: State
 
         /// A session opened by `hello`, attached to the connection it came over.
         init(
             user: UserID, device: String?, status: Status, text: String?, statusOrder: UInt64, ttl: Int64,
-            now: BrokerTime, connection: ConnectionID?
+            now: BrokerTime, connection: ConnectionID?, keptByConnection: Bool = false
         ) {
             self.user = user
             self.device = device
@@ -49,6 +52,7 @@ extension PresenceCore {
             self.text = text
             self.statusOrder = statusOrder
             self.ttl = ttl
+            self.keptByConnection = keptByConnection
             self.expiresAt = now + ttl
             self.state = .attached(connection)
         }
@@ -73,6 +77,9 @@ extension PresenceCore {
         }
 
         var isPlaceholder: Bool { state == .placeholder }
+
+        /// Whether its TTL is suspended: kept alive by its connection and attached to a tracked one.
+        var isHeldByConnection: Bool { keptByConnection && connection != nil }
 
         /// Why it ends when its deadline comes: a detached session because its connection closed, a placeholder
         /// because its user did not come back, an attached one because it fell silent.

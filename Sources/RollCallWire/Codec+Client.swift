@@ -30,6 +30,10 @@ extension Codec {
                 writer.key("ttl_ms")
                 writer.integer(ttl)
             }
+            if hello.keepAlive != .requests {
+                writer.key("keepalive")
+                writer.string(hello.keepAlive.rawValue)
+            }
         case .heartbeat(let session), .bye(let session):
             writer.key("session")
             writer.string(session.rawValue)

@@ -42,7 +42,7 @@ extension Codec {
         body.withUnsafeBytes { decodeRequest($0, limits: limits) }
     }
 
-    private static func decodeRequest(
+    static func decodeRequest(
         _ fields: Fields, limits: PresenceCore.Configuration
     ) throws(PresenceError) -> Request {
         guard let op = try fields.string("op") else { throw PresenceError(.badRequest, "field 'op' is required") }
@@ -52,7 +52,8 @@ extension Codec {
             return .hello(
                 PresenceCore.Hello(
                     user: try fields.requiredUser("user"), device: try fields.string("device"), status: status,
-                    text: try fields.string("text"), ttlMilliseconds: try fields.integer("ttl_ms")))
+                    text: try fields.string("text"), ttlMilliseconds: try fields.integer("ttl_ms"),
+                    keepAlive: try keepAlive(fields)))
         case "heartbeat":
             return .heartbeat(session: try fields.requiredSession())
         case "status":

@@ -44,4 +44,9 @@ public struct RequestEnvelope: Equatable, Sendable {
 public struct RequestRejection: Error, Equatable, Sendable {
     public var id: JSON?
     public var error: PresenceError
+
+    public init(id: JSON?, error: PresenceError) {
+        self.id = id
+        self.error = error
+    }
 }

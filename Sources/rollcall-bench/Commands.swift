@@ -63,7 +63,8 @@ struct AllBench: AsyncParsableCommand {
         bench.brokerArguments = brokerArg
         if curve { bench.curve = try CurveSetup.make() }
         let wanted = Set(
-            (only ?? "latency,throughput,sessions,fanout,crash,expiry").split(separator: ",").map(String.init))
+            (only ?? "latency,throughput,sessions,fanout,crash,expiry,websocket").split(separator: ",").map(String.init)
+        )
         let seconds = smoke ? 0.5 : self.seconds
         var rows: [BenchRow] = []
         func add(_ row: BenchRow) {
@@ -119,6 +120,11 @@ struct AllBench: AsyncParsableCommand {
                         )
                     }
                 }
+            }
+            if wanted.contains("websocket") {
+                add(try bench.webSocketLatency(changes: smoke ? 50 : 2_000))
+                add(try bench.webSocketMemory(count: smoke ? 100 : 5_000))
+                add(try bench.webSocketFanout(subscribers: smoke ? 50 : 1_000, changes: smoke ? 5 : 50))
             }
             if wanted.contains("expiry") {
                 add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))

@@ -23,6 +23,9 @@ struct Watch: AsyncParsableCommand {
     @OptionGroup var endpoints: Endpoints
     @OptionGroup var keys: ClientKeys
     @Flag(help: "Follow every user (no current state is printed for them first).") var all = false
+    @Option(help: "Follow over the broker's WebSocket endpoint instead, without libzmq: ws://HOST:PORT/v1/ws.")
+    var ws: String?
+    @Option(help: "The token (JWT) for --ws, if the broker checks tokens.") var token: String?
     @Argument(help: "The users to follow.") var users: [String] = []
 
     func validate() throws {
@@ -31,6 +34,10 @@ struct Watch: AsyncParsableCommand {
 
     func run() async throws {
         let users = try userIDs(self.users)
+        if let ws {
+            try await watchOverWebSocket(ws, token: token, users: users, all: all)
+            return
+        }
         let endpoint = try endpoints.update()
         let command = try endpoints.command()
         let all = self.all

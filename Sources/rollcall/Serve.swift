@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RollCallBroker
+import RollCallGateway
 import RollCallOperations
 import RollCallSecurity
 import RollCallWire
@@ -16,6 +17,8 @@ struct Serve: AsyncParsableCommand {
     )
 
     @OptionGroup var endpoints: Endpoints
+
+    @OptionGroup(title: "WebSocket") var webSocket: WebSocketOptions
 
     @Option(help: "Heartbeat interval asked of clients, ms. Env: ROLLCALL_HEARTBEAT_MS. Default: 1000.")
     var heartbeatMs: Int64?
@@ -149,7 +152,7 @@ struct Serve: AsyncParsableCommand {
 
     @Flag(
         help:
-            "Allow a non-loopback endpoint without CURVE: anyone who reaches it may act as anyone. Env: ROLLCALL_INSECURE=1."
+            "Allow a non-loopback endpoint without CURVE (or a WebSocket without tokens and TLS): anyone who reaches it may act as anyone. Env: ROLLCALL_INSECURE=1."
     )
     var insecure = false
 
@@ -223,6 +226,7 @@ struct Serve: AsyncParsableCommand {
         c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: 10_000)
         c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: 1_000_000)
         c.presence.maxMemberships = try setting(maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: 10_000_000)
+        try webSocket.apply(to: &c)
         c.insecure = insecure || environment["ROLLCALL_INSECURE"] == "1"
         c.curve = try curveSettings(environment)
         // The ranges and the checks across settings belong to the broker library, which any embedder gets too.
@@ -334,6 +338,16 @@ struct Serve: AsyncParsableCommand {
             }
             services.append(.init(service: server))
         }
+        let wsBound = BoundEndpoint()
+        do {
+            if let server = try await WebSocketOptions.server(
+                configuration, broker: broker, logger: logger, onBound: { wsBound.set($0) })
+            {
+                services.append(.init(service: server))
+            }
+        } catch {
+            throw fail(error)
+        }
         services.append(.init(service: broker))
         let environment = ProcessInfo.processInfo.environment
         if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
@@ -344,8 +358,11 @@ struct Serve: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             if printEndpoints {
                 let waitsForHTTP = httpAddress != nil
+                let waitsForWS = configuration.webSocket.endpoint != nil
                 tasks.addTask {
-                    while !broker.isRunning || (waitsForHTTP && bound.get() == nil) {
+                    while !broker.isRunning || (waitsForHTTP && bound.get() == nil)
+                        || (waitsForWS && wsBound.get() == nil)
+                    {
                         try await Task.sleep(for: .milliseconds(1))
                     }
                     var line = JSONWriter()
@@ -357,6 +374,10 @@ struct Serve: AsyncParsableCommand {
                     if let http = bound.get() {
                         line.key("http")
                         line.string(http)
+                    }
+                    if let ws = wsBound.get() {
+                        line.key("ws")
+                        line.string("\(ws)\(WebSocketServer.path)")
                     }
                     line.key("epoch")
                     line.string(broker.epoch)

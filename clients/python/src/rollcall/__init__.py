@@ -6,6 +6,8 @@
 - `FakeUser`: a device that goes online, changes status, says bye, crashes or freezes.
 - `Watch` and `GroupWatch`: expectations with deadlines that say what came instead.
 - `BrokerProcess`: a ``rollcall serve --test-mode`` child process; the pytest plugin's fixtures start one.
+- `WebSocketConnection` (in ``rollcall.websocket``, with the optional extra ``rollcall[websocket]``): the same
+  protocol over a WebSocket, as browsers and phones speak it.
 
 The wire protocol is docs/protocol.md in the RollCall repository.
 """

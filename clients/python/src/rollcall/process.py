@@ -62,6 +62,8 @@ class BrokerProcess(Broker):
             raise
         endpoints = json.loads(line)
         self.epoch: str = endpoints.get("epoch", "")
+        # The WebSocket endpoint's URL, when ``args`` give ``--ws-endpoint`` (docs/websocket.md).
+        self.ws: Optional[str] = endpoints.get("ws")
         super().__init__(
             endpoints["command"], endpoints["update"], timeout=timeout, test_mode=bool(endpoints.get("test_mode"))
         )

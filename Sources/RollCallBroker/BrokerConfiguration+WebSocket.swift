@@ -1,0 +1,56 @@
+extension BrokerConfiguration {
+    /// The WebSocket settings' ranges, and the safe default: without tokens, or without TLS, only a loopback
+    /// endpoint, unless `--insecure`.
+    func validateWebSocket() throws(ConfigurationError) {
+        let w = webSocket
+        try Self.check("--ws-ping-ms", w.pingMilliseconds, in: WebSocketSettings.Range.pingMilliseconds)
+        try Self.check("--ws-max-connections", w.maxConnections, in: WebSocketSettings.Range.maxConnections)
+        try Self.check("--ws-max-subscriptions", w.maxSubscriptions, in: WebSocketSettings.Range.maxSubscriptions)
+        try Self.check("--ws-send-queue-bytes", w.sendQueueBytes, in: WebSocketSettings.Range.sendQueueBytes)
+        let smallest = maxReplyBytes + Self.maxGroupMessageBytes
+        guard w.sendQueueBytes >= smallest else {
+            throw ConfigurationError(
+                "--ws-send-queue-bytes",
+                "(\(w.sendQueueBytes)) must hold the largest reply and a group message: at least \(smallest)")
+        }
+        guard (w.tlsCertFile == nil) == (w.tlsKeyFile == nil) else {
+            throw ConfigurationError(
+                w.tlsCertFile == nil ? "--ws-tls-key-file" : "--ws-tls-cert-file",
+                "needs \(w.tlsCertFile == nil ? "--ws-tls-cert-file" : "--ws-tls-key-file") too")
+        }
+        guard let endpoint = w.endpoint else { return }
+        let (host, _) = try WebSocketSettings.parse(endpoint: endpoint)
+        guard !insecure, !WebSocketSettings.isLoopback(host) else { return }
+        guard w.jwtKeyFile != nil else {
+            throw ConfigurationError(
+                "--ws-endpoint",
+                "'\(endpoint)' is not loopback and no --jwt-key-file is given, so anyone who reaches it could act as "
+                    + "anyone: give --jwt-key-file (docs/websocket.md), or --insecure")
+        }
+        guard w.tlsCertFile != nil else {
+            throw ConfigurationError(
+                "--ws-endpoint",
+                "'\(endpoint)' is not loopback, and tokens would cross the network in clear text: give "
+                    + "--ws-tls-cert-file and --ws-tls-key-file, or bind loopback behind a TLS proxy, or --insecure")
+        }
+    }
+}
+
+extension WebSocketSettings {
+    /// `HOST:PORT` (port 0 for a free one; an IPv6 host in brackets) as host and port.
+    public static func parse(endpoint: String) throws(ConfigurationError) -> (host: String, port: Int) {
+        let usage = "must be HOST:PORT with a port from 0 to 65535, not '\(endpoint)'"
+        guard let colon = endpoint.lastIndex(of: ":"), colon != endpoint.startIndex,
+            let port = Int(endpoint[endpoint.index(after: colon)...]), (0...65_535).contains(port)
+        else { throw ConfigurationError("--ws-endpoint", usage) }
+        var host = String(endpoint[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw ConfigurationError("--ws-endpoint", usage) }
+        return (host, port)
+    }
+
+    /// Whether only this machine can reach `host`.
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+}

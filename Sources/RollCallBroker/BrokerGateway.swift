@@ -1,0 +1,55 @@
+import RollCallCore
+import RollCallSecurity
+import RollCallWire
+
+/// The event loop's door for the WebSocket gateway (RollCallGateway), which runs on its own threads and never
+/// touches the core: it posts what its connections do through the loop's mailbox, which wakes the loop, and takes
+/// replies and updates back through each connection's ``GatewayOutbox``. Jobs run in the order they were posted, so
+/// a connection's requests are answered in order, and its close comes after its last request.
+public struct BrokerGateway: Sendable {
+    let mailbox: LoopMailbox
+    /// The broker's settings: the gateway decodes requests with the same limits as the loop.
+    public let configuration: BrokerConfiguration
+
+    /// Registers a new WebSocket connection with what it may do (`.open` when no tokens are configured); returns
+    /// the fresh ``ConnectionID`` the loop gave it, or `nil` if the loop did not answer within `timeout` (stopping).
+    public func open(access: Access, outbox: GatewayOutbox, timeout: Duration = .seconds(2)) async -> ConnectionID? {
+        let answer = OneAnswer<ConnectionID>()
+        return await withCheckedContinuation { (continuation: CheckedContinuation<ConnectionID?, Never>) in
+            answer.wait(continuation)
+            mailbox.post { loop in
+                let id = loop.openGatewayConnection(access: access, outbox: outbox)
+                answer.give(id)
+            }
+            Task {
+                try? await Task.sleep(for: timeout)
+                answer.give(nil)
+            }
+        }
+    }
+
+    /// Hands one decoded frame (or why it could not be decoded) to the loop; call ``GatewayOutbox/beginRequest()``
+    /// first. The reply comes through the connection's outbox.
+    public func handle(_ request: Result<GatewayRequest, RequestRejection>, from connection: ConnectionID) {
+        mailbox.post { loop in loop.handleGatewayRequest(request, from: connection) }
+    }
+
+    /// A fresh token was accepted for the connection (`auth`): from now on it may do what `access` allows. The
+    /// loop answers the request with `expires`.
+    public func reauthorize(_ connection: ConnectionID, access: Access, id: JSON?, expires: Int64) {
+        mailbox.post { loop in
+            loop.reauthorizeGatewayConnection(connection, access: access, id: id, expires: expires)
+        }
+    }
+
+    /// The connection closed (either side, TCP gone, ping unanswered, token expired): its subscriptions go, and its
+    /// sessions end by the close path (at once, or after the grace period).
+    public func closed(_ connection: ConnectionID) {
+        mailbox.post { loop in loop.dropGatewayConnection(connection) }
+    }
+}
+
+extension Broker {
+    /// The door for a WebSocket front door.
+    public var gateway: BrokerGateway { BrokerGateway(mailbox: mailbox, configuration: configuration) }
+}

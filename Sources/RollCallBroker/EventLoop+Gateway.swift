@@ -1,0 +1,176 @@
+import Logging
+import RollCallCore
+import RollCallSecurity
+import RollCallWire
+
+/// The loop's side of the WebSocket gateway (``BrokerGateway``): its connections, their subscriptions, and the
+/// updates and replies pushed to them. Everything here runs on the loop's thread.
+struct GatewayTable {
+    /// One WebSocket connection as the loop knows it.
+    struct Peer {
+        let outbox: GatewayOutbox
+        /// What its token allows: `.open` without tokens (everything), else the token's role, checked by the same
+        /// ``Authorization`` as a CURVE key's.
+        var access: Access
+        /// The topics it subscribes to.
+        var topics: Set<[UInt8]> = []
+    }
+
+    var peers: [ConnectionID: Peer] = [:]
+    /// Exact topics and the connections subscribed to each.
+    var subscribers: [[UInt8]: Set<ConnectionID>] = [:]
+    /// Connections subscribed to `presence/` (every user's records).
+    var allPresence: Set<ConnectionID> = []
+
+    /// Whether no WebSocket connection subscribes to anything: publishing then costs nothing more.
+    var hasNoSubscribers: Bool { subscribers.isEmpty && allPresence.isEmpty }
+}
+
+/// The close codes the loop closes a WebSocket with (docs/websocket.md).
+public enum GatewayCloseCode {
+    /// The connection's token expired and no `auth` renewed it.
+    public static let tokenExpired: UInt16 = 4001
+    /// The connection did not read its replies and updates fast enough: its send queue went over its bound.
+    public static let tooSlow: UInt16 = 4008
+    /// The broker is at its maximum of WebSocket connections, or is stopping.
+    public static let unavailable: UInt16 = 1013
+}
+
+extension EventLoop {
+    /// A new WebSocket connection: a fresh connection id from the same count as the command endpoint's.
+    func openGatewayConnection(access: Access, outbox: GatewayOutbox) -> ConnectionID {
+        let id = connections.issue()
+        gateway.peers[id] = GatewayTable.Peer(outbox: outbox, access: access)
+        logger.debug("websocket opened", metadata: ["connection": "\(id)", "access": "\(access)"])
+        return id
+    }
+
+    /// A new token for an open connection.
+    func reauthorizeGatewayConnection(_ id: ConnectionID, access: Access, id requestID: JSON?, expires: Int64) {
+        guard gateway.peers[id] != nil else { return }
+        gateway.peers[id]?.access = access
+        deliver(Codec.encodeGatewayReply(id: requestID, expires: expires), to: id)
+        gateway.peers[id]?.outbox.requestDone()
+    }
+
+    /// Answers one frame of a WebSocket connection, in the order they came.
+    func handleGatewayRequest(_ request: Result<GatewayRequest, RequestRejection>, from id: ConnectionID) {
+        guard let peer = gateway.peers[id] else { return }  // closed meanwhile: nobody reads the answer
+        defer { peer.outbox.requestDone() }
+        switch request {
+        case .failure(let rejection):
+            metrics.request(nil, failed: rejection.error.code)
+            deliver(Codec.encodeReply(id: rejection.id, .failure(rejection.error)), to: id)
+        case .success(.request(let envelope)):
+            let result = counted(envelope.request, connection: id, access: peer.access)
+            deliver(Codec.encodeReply(id: envelope.id, result, maxBytes: configuration.maxReplyBytes), to: id)
+        case .success(.subscribe(let requestID, let topics)):
+            subscribe(id, to: topics, requestID: requestID)
+        case .success(.unsubscribe(let requestID, let topics)):
+            for topic in topics { unsubscribe(id, from: topic.bytes) }
+            deliver(Codec.encodeGatewayReply(id: requestID), to: id)
+        case .success(.auth(let requestID, _)):
+            // The gateway checks tokens itself and sends ``reauthorizeGatewayConnection``; one that reaches the loop
+            // was not checked.
+            deliver(
+                Codec.encodeReply(
+                    id: requestID, .failure(PresenceError(.badRequest, "auth is answered by the WebSocket gateway"))),
+                to: id)
+        }
+    }
+
+    /// Subscribes a connection to every topic its token allows, or to none: the reply comes first, then the last
+    /// value of each new topic, by the same coalesced replay as on the update socket.
+    private func subscribe(_ id: ConnectionID, to topics: [Topic], requestID: JSON?) {
+        guard var peer = gateway.peers[id] else { return }
+        if let refused = topics.first(where: { !Authorization.allowsSubscription(to: $0.bytes, by: peer.access) }) {
+            metrics.refusedSubscription()
+            metrics.request(nil, failed: .forbidden)
+            deliver(
+                Codec.encodeReply(
+                    id: requestID,
+                    .failure(
+                        PresenceError(
+                            .forbidden,
+                            "subscribing to \(refused.text) is not allowed for this token: a user token may subscribe "
+                                + "to exact topics only (presence/<user>/, group/<id>/, broker/)"))), to: id)
+            return
+        }
+        let new = Set(topics.map(\.bytes)).subtracting(peer.topics)
+        guard peer.topics.count + new.count <= configuration.webSocket.maxSubscriptions else {
+            metrics.request(nil, failed: .limit)
+            deliver(
+                Codec.encodeReply(
+                    id: requestID,
+                    .failure(
+                        PresenceError(
+                            .limit,
+                            "a connection subscribes to at most \(configuration.webSocket.maxSubscriptions) topics")
+                    )), to: id)
+            return
+        }
+        for topic in topics where new.contains(topic.bytes) {
+            peer.topics.insert(topic.bytes)
+            if topic == .allPresence {
+                gateway.allPresence.insert(id)
+            } else {
+                gateway.subscribers[topic.bytes, default: []].insert(id)
+            }
+        }
+        gateway.peers[id] = peer
+        deliver(Codec.encodeGatewayReply(id: requestID), to: id)
+        let now = clock.now()
+        for topic in topics where new.contains(topic.bytes) && topic != .allPresence {
+            logger.debug("websocket subscribed", metadata: ["connection": "\(id)", "topic": "\(topic.text)"])
+            if replays.request(topic, now: now) { replay(topic) }
+        }
+    }
+
+    private func unsubscribe(_ id: ConnectionID, from topic: [UInt8]) {
+        guard gateway.peers[id]?.topics.remove(topic) != nil else { return }
+        if topic == Topic.allPresence.bytes {
+            gateway.allPresence.remove(id)
+            return
+        }
+        gateway.subscribers[topic]?.remove(id)
+        if gateway.subscribers[topic]?.isEmpty == true { gateway.subscribers[topic] = nil }
+    }
+
+    /// The connection closed, or the loop closes it: its subscriptions go, and its sessions end by the close path.
+    func dropGatewayConnection(_ id: ConnectionID) {
+        guard let peer = gateway.peers[id] else { return }
+        for topic in peer.topics { unsubscribe(id, from: topic) }
+        gateway.peers[id] = nil
+        let now = clock.now()
+        let actions = core.connectionClosed(id, now: now)
+        logger.debug("websocket closed", metadata: ["connection": "\(id)", "users": "\(actions.count)"])
+        perform(actions, now: now)
+    }
+
+    /// Queues a reply or an update for a connection; closes one whose queue is over its bound.
+    func deliver(_ frame: [UInt8], to id: ConnectionID) {
+        guard let peer = gateway.peers[id] else { return }
+        guard peer.outbox.push(frame) == .full else { return }
+        metrics.closedSlowWebSocket()
+        logger.warning(
+            "websocket closed: it did not read fast enough",
+            metadata: ["connection": "\(id)", "queued": "\(peer.outbox.limitBytes)"])
+        peer.outbox.close(
+            code: GatewayCloseCode.tooSlow,
+            reason: "too slow: more than \(peer.outbox.limitBytes) bytes waited for this connection")
+        dropGatewayConnection(id)
+    }
+
+    /// Sends a published message to the WebSocket subscribers of its topic: one look-up, and one encoding shared by
+    /// all of them. Called only while some WebSocket subscribes to something.
+    func deliverToGateway(_ topic: [UInt8], _ body: PendingPublications.Body) {
+        let exact = gateway.subscribers[topic]
+        let everyUser = !gateway.allPresence.isEmpty && topic.first == UInt8(ascii: "p")
+        guard exact != nil || everyUser else { return }
+        let frame = Codec.encodeUpdate(topic: topic, body: bytes(of: body))
+        if let exact { for id in exact { deliver(frame, to: id) } }
+        if everyUser {
+            for id in gateway.allPresence where exact?.contains(id) != true { deliver(frame, to: id) }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RollCallBroker
+import RollCallGateway
+
+/// `rollcall serve`'s WebSocket options (docs/websocket.md).
+struct WebSocketOptions: ParsableArguments {
+    @Option(
+        help:
+            "HOST:PORT for the WebSocket endpoint /v1/ws (0: a free port). Env: ROLLCALL_WS_ENDPOINT. Default: off.")
+    var wsEndpoint: String?
+
+    @Option(
+        help:
+            "Ping interval on every WebSocket, ms; one that misses a pong is closed. Env: ROLLCALL_WS_PING_MS. Default: 10000."
+    )
+    var wsPingMs: Int64?
+
+    @Option(help: "Open WebSocket connections at most. Env: ROLLCALL_WS_MAX_CONNECTIONS. Default: 10000.")
+    var wsMaxConnections: Int?
+
+    @Option(
+        help: "Topics one WebSocket may subscribe to. Env: ROLLCALL_WS_MAX_SUBSCRIPTIONS. Default: 1000.")
+    var wsMaxSubscriptions: Int?
+
+    @Option(
+        help:
+            "Bytes queued for one WebSocket before it is closed as too slow (4008). Env: ROLLCALL_WS_SEND_QUEUE_BYTES. Default: 1048576."
+    )
+    var wsSendQueueBytes: Int?
+
+    @Option(
+        help:
+            "HMAC secret, PEM public key or JWKS file that signs WebSocket tokens. Env: ROLLCALL_JWT_KEY_FILE. Default: none (loopback only, no tokens)."
+    )
+    var jwtKeyFile: String?
+
+    @Option(help: "The iss every token must carry. Env: ROLLCALL_JWT_ISSUER. Default: not checked.")
+    var jwtIssuer: String?
+
+    @Option(help: "An aud every token must carry. Env: ROLLCALL_JWT_AUDIENCE. Default: not checked.")
+    var jwtAudience: String?
+
+    @Option(
+        help:
+            "PEM certificate chain: the WebSocket endpoint speaks TLS (wss://). Env: ROLLCALL_WS_TLS_CERT_FILE. Default: none."
+    )
+    var wsTlsCertFile: String?
+
+    @Option(help: "PEM private key of --ws-tls-cert-file. Env: ROLLCALL_WS_TLS_KEY_FILE. Default: none.")
+    var wsTlsKeyFile: String?
+
+    /// Puts the options into `c`.
+    func apply(to c: inout BrokerConfiguration) throws {
+        let environment = ProcessInfo.processInfo.environment
+        func optional(_ flag: String?, _ variable: String) -> String? {
+            flag ?? environment[variable].flatMap { $0.isEmpty ? nil : $0 }
+        }
+        c.webSocket.endpoint = optional(wsEndpoint, "ROLLCALL_WS_ENDPOINT")
+        c.webSocket.pingMilliseconds = try setting(wsPingMs, "ROLLCALL_WS_PING_MS", default: 10_000)
+        c.webSocket.maxConnections = try setting(wsMaxConnections, "ROLLCALL_WS_MAX_CONNECTIONS", default: 10_000)
+        c.webSocket.maxSubscriptions = try setting(
+            wsMaxSubscriptions, "ROLLCALL_WS_MAX_SUBSCRIPTIONS", default: 1_000)
+        c.webSocket.sendQueueBytes = try setting(wsSendQueueBytes, "ROLLCALL_WS_SEND_QUEUE_BYTES", default: 1_048_576)
+        c.webSocket.jwtKeyFile = optional(jwtKeyFile, "ROLLCALL_JWT_KEY_FILE")
+        c.webSocket.jwtIssuer = optional(jwtIssuer, "ROLLCALL_JWT_ISSUER")
+        c.webSocket.jwtAudience = optional(jwtAudience, "ROLLCALL_JWT_AUDIENCE")
+        c.webSocket.tlsCertFile = optional(wsTlsCertFile, "ROLLCALL_WS_TLS_CERT_FILE")
+        c.webSocket.tlsKeyFile = optional(wsTlsKeyFile, "ROLLCALL_WS_TLS_KEY_FILE")
+    }
+
+    /// The WebSocket server the configuration asks for, if any; `onBound` hears its address once it listens.
+    static func server(
+        _ configuration: BrokerConfiguration, broker: Broker, logger: Logger,
+        onBound: @escaping @Sendable (String) -> Void
+    ) async throws -> WebSocketServer? {
+        let settings = configuration.webSocket
+        guard let endpoint = settings.endpoint else { return nil }
+        let (host, port) = try WebSocketSettings.parse(endpoint: endpoint)
+        var verifier: TokenVerifier?
+        if let path = settings.jwtKeyFile {
+            verifier = try await TokenVerifier(
+                keyFile: path, issuer: settings.jwtIssuer, audience: settings.jwtAudience)
+        }
+        let tokens = verifier != nil
+        let tls = try settings.tlsCertFile.map {
+            try WebSocketServer.tlsConfiguration(certificateFile: $0, keyFile: settings.tlsKeyFile ?? "")
+        }
+        let scheme = tls == nil ? "ws" : "wss"
+        return try WebSocketServer(
+            host: host, port: port, gateway: broker.gateway, verifier: verifier, tls: tls, logger: logger
+        ) { host, port in
+            let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+            logger.info(
+                "websocket endpoint listening",
+                metadata: ["ws": "\(scheme)://\(address)\(WebSocketServer.path)", "tokens": "\(tokens)"])
+            onBound("\(scheme)://\(address)")
+        }
+    }
+}
