@@ -14,6 +14,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
@@ -49,8 +50,11 @@ let package = Package(
             dependencies: ["RollCallCore", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         // Several nodes sharing presence through etcd v3 (docs/cluster.md): a small blocking client of etcd's JSON
-        // gateway over plain sockets, for threads of its own, and the node's membership state machine.
-        .target(name: "RollCallCluster"),
+        // gateway over async-http-client, for threads of its own, and the node's membership state machine.
+        .target(
+            name: "RollCallCluster",
+            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")]
+        ),
         // The event loop that owns the ROUTER and XPUB sockets and drives the core.
         .target(
             name: "RollCallBroker",

@@ -206,5 +206,78 @@ extension EtcdBacked {
             #expect(elapsed < .seconds(5))
             #expect(try client.range("/d/k").kvs.first?.value == "1")
         }
+
+        /// A member that refuses connections (killed) costs a call no time: the client goes on to the next member
+        /// at once, not after the connection timeout.
+        @Test func callsMoveOnAtOnceFromARefusingMember() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            // Kill a member that is not the leader, so that no election delays the next member's answer.
+            let leader = try #require(cluster.leader())
+            let dead = leader == 0 ? 1 : 0
+            cluster.kill(dead)
+            let client = EtcdClient(
+                endpoints: [cluster.members[dead], cluster.members[leader]].map {
+                    EtcdEndpoint(host: "127.0.0.1", port: $0.clientPort)
+                }, requestTimeout: .seconds(2))
+            let start = ContinuousClock.now
+            try client.put("/r/k", "v")
+            let elapsed = ContinuousClock.now - start
+            print("a put with the first member refusing connections took \(elapsed) (timeout 2 s)")
+            #expect(elapsed < .milliseconds(1_000))
+            #expect(client.currentEndpoint.port == cluster.members[leader].clientPort)
+        }
+
+        /// A client shut down has closed its connections: a later call fails at once as unreachable, and a second
+        /// shutdown is harmless.
+        @Test func shutdownClosesTheClient() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let client = cluster.client(timeout: .seconds(2))
+            try client.put("/z/k", "1")
+            client.shutdown()
+            let start = ContinuousClock.now
+            #expect {
+                try client.put("/z/k", "2")
+            } throws: { error in
+                if case EtcdError.unreachable = error { true } else { false }
+            }
+            let elapsed = ContinuousClock.now - start
+            print("a call after shutdown failed after \(elapsed)")
+            #expect(elapsed < .milliseconds(1_000))
+            client.shutdown()
+            #expect(try cluster.client().range("/z/k").kvs.first?.value == "1")
+        }
+
+        /// A watch whose handler stalls while megabytes of changes arrive (the reply is held back at the connection
+        /// meanwhile, past a megabyte) delivers every change, whole and in order, once the handler goes on.
+        @Test func stalledWatchHandlerLosesNothing() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let client = cluster.client(timeout: .seconds(3))
+            let start = try client.put("/b/start", "0")
+            let recorder = WatchRecorder()
+            let gate = DispatchSemaphore(value: 0)
+            let watch = client.watch(prefix: "/b/", from: start + 1) { update in
+                // The first events stall the watch's thread until every put below is done.
+                if case .events = update, recorder.events.isEmpty { gate.wait() }
+                recorder.record(update)
+            }
+            defer { watch.cancel() }
+            let value = String(repeating: "v", count: 60_000)
+            do {
+                defer { gate.signal() }
+                try await recorder.wait(for: "the watch set up") {
+                    $0.contains { if case .connected = $0 { true } else { false } }
+                }
+                // 40 changes of 60 kB: 3.2 MB of base64 in JSON, more than three times the held-back bound.
+                for index in 0..<40 { try client.put("/b/k\(index)", "\(index)" + value) }
+            }
+            let released = ContinuousClock.now
+            try await recorder.wait(for: "40 events", timeout: .seconds(20)) { _ in recorder.events.count >= 40 }
+            print("stalled watch: 40 changes of 60 kB delivered \(ContinuousClock.now - released) after the release")
+            #expect(recorder.events.map(\.kv.key) == (0..<40).map { "/b/k\($0)" })
+            #expect(recorder.events.enumerated().allSatisfy { $0.element.kv.value == "\($0.offset)" + value })
+        }
     }
 }

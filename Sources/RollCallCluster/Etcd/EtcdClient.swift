@@ -3,40 +3,39 @@ import Synchronization
 
 /// A small, blocking client of etcd v3's JSON gateway: leases, puts, deletes, transactions and range reads. Each
 /// call blocks its caller until etcd answers or the deadline passes, so it belongs on a thread of its own (the
-/// cluster's worker), never on the event loop.
+/// cluster's worker), never on the event loop. HTTP is async-http-client's, on NIO's shared event loops (see
+/// ``EtcdGateway``).
 ///
-/// It keeps one HTTP/1.1 connection to one member and moves to the next member when that one is unreachable, does
-/// not answer in time, or answers that it cannot serve (no leader): one attempt per member per call. Calls from
-/// several threads are serialised. Watches have their own connection and thread: ``watch(prefix:from:handler:)``.
+/// A call goes to the preferred member and moves on to the next, for this call and the later ones, when that member
+/// is unreachable, does not answer in time (``requestTimeout`` per attempt, connection included), or answers that
+/// it cannot serve (no leader, 5xx): one attempt per member per call. Calls may come from several threads at once.
+/// Watches have their own thread and share the client's connections' pool: ``watch(prefix:from:handler:)``.
+///
+/// ``shutdown()`` closes the connections when the owner stops (cancel the watches first); a client dropped without
+/// it closes them in the background.
 public final class EtcdClient: Sendable {
     public let endpoints: [EtcdEndpoint]
     /// How long one attempt at one member may take, connection included.
     public let requestTimeout: Duration
 
-    private struct State: ~Copyable {
-        var connection: HTTPConnection?
-        var preferred = 0
-    }
-
-    private let state = Mutex(State())
+    private let gateway: EtcdGateway
+    /// The index of the member the next call tries first.
+    private let preferred = Atomic<Int>(0)
 
     /// `endpoints` must not be empty.
     public init(endpoints: [EtcdEndpoint], requestTimeout: Duration = .seconds(1)) {
         precondition(!endpoints.isEmpty, "an etcd client needs at least one endpoint")
         self.endpoints = endpoints
         self.requestTimeout = requestTimeout
+        gateway = EtcdGateway(connectTimeout: requestTimeout)
     }
 
-    /// Closes the connection; the next call opens a new one.
-    public func disconnect() {
-        state.withLock { state in
-            state.connection?.close()
-            state.connection = nil
-        }
-    }
+    /// Closes every connection, the watches' included, and returns when that is done; calls after it fail with
+    /// ``EtcdError/unreachable(_:_:)``. Call it where the owner stops, after cancelling the watches.
+    public func shutdown() { gateway.shutdown() }
 
     /// The member the client talks to now (or will try first).
-    public var currentEndpoint: EtcdEndpoint { endpoints[state.withLock { $0.preferred }] }
+    public var currentEndpoint: EtcdEndpoint { endpoints[preferred.load(ordering: .relaxed)] }
 
     // MARK: - Leases
 
@@ -141,8 +140,8 @@ public final class EtcdClient: Sendable {
         prefix: String, from revision: Int64, handler: @escaping @Sendable (EtcdWatch.Update) -> Void
     ) -> EtcdWatch {
         EtcdWatch(
-            endpoints: endpoints, first: state.withLock { $0.preferred }, prefix: prefix, from: revision,
-            connectTimeout: requestTimeout, handler: handler)
+            gateway: gateway, endpoints: endpoints, first: preferred.load(ordering: .relaxed), prefix: prefix,
+            from: revision, connectTimeout: requestTimeout, handler: handler)
     }
 
     // MARK: - Calls
@@ -165,30 +164,23 @@ public final class EtcdClient: Sendable {
     /// Sends one request, trying each member once, starting with the preferred one.
     private func call(_ path: String, _ request: [String: Any]) throws -> [String: Any] {
         let body = EtcdJSON.encode(request)
-        return try state.withLock { state in
-            var lastError = EtcdError.unreachable(endpoints[state.preferred].description, "not tried")
-            for _ in endpoints.indices {
-                do {
-                    let connection: HTTPConnection
-                    if let open = state.connection, !open.isBroken {
-                        connection = open
-                    } else {
-                        connection = try HTTPConnection(endpoint: endpoints[state.preferred], timeout: requestTimeout)
-                        state.connection = connection
-                    }
-                    let (status, reply) = try connection.post(path, body: body, timeout: requestTimeout)
-                    guard status == 200 else {
-                        throw EtcdError.http(status: status, String(decoding: reply, as: UTF8.self))
-                    }
-                    return try EtcdJSON.decode(reply)
-                } catch let error as EtcdError where error.isUnavailable {
-                    lastError = error
-                    state.connection?.close()
-                    state.connection = nil
-                    state.preferred = (state.preferred + 1) % endpoints.count
+        var member = preferred.load(ordering: .relaxed)
+        var lastError = EtcdError.unreachable(endpoints[member].description, "not tried")
+        for _ in endpoints.indices {
+            do {
+                let (status, reply) = try gateway.post(path, body: body, to: endpoints[member], timeout: requestTimeout)
+                guard status == 200 else {
+                    throw EtcdError.http(status: status, String(decoding: reply, as: UTF8.self))
                 }
+                return try EtcdJSON.decode(reply)
+            } catch let error as EtcdError where error.isUnavailable {
+                lastError = error
+                let next = (member + 1) % endpoints.count
+                // The later calls start on the next member too, unless a concurrent call moved them on already.
+                _ = preferred.compareExchange(expected: member, desired: next, ordering: .relaxed)
+                member = next
             }
-            throw lastError
         }
+        throw lastError
     }
 }

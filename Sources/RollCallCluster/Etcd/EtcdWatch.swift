@@ -26,21 +26,27 @@ public final class EtcdWatch: Sendable {
 
     private struct State {
         var cancelled = false
-        var socket: Int32 = -1
+        /// The reply being read, for ``reconnect()`` and ``cancel()`` to close.
+        var stream: ResponseStream?
         /// The next revision to ask for when the watch starts again.
         var next: Int64
     }
+
+    /// The longest a watch response may grow without its newline before the watch gives up on it.
+    static let maxResponseBytes = 64 << 20
 
     private let state: Mutex<State>
     private let done = DispatchSemaphore(value: 0)
 
     init(
-        endpoints: [EtcdEndpoint], first: Int, prefix: String, from revision: Int64, connectTimeout: Duration,
-        handler: @escaping @Sendable (Update) -> Void
+        gateway: EtcdGateway, endpoints: [EtcdEndpoint], first: Int, prefix: String, from revision: Int64,
+        connectTimeout: Duration, handler: @escaping @Sendable (Update) -> Void
     ) {
         state = Mutex(State(next: revision))
         let thread = Thread { [self] in
-            run(endpoints: endpoints, first: first, prefix: prefix, connectTimeout: connectTimeout, handler: handler)
+            run(
+                gateway: gateway, endpoints: endpoints, first: first, prefix: prefix, connectTimeout: connectTimeout,
+                handler: handler)
         }
         thread.name = "rollcall-etcd-watch"
         thread.start()
@@ -52,25 +58,24 @@ public final class EtcdWatch: Sendable {
     /// Drops the current connection; the watch starts again on the next member from ``nextRevision``. For a watch
     /// whose member fell silent.
     public func reconnect() {
-        state.withLock { state in
-            if state.socket >= 0 { HTTPConnection.interrupt(socket: state.socket) }
-        }
+        guard let stream = state.withLock({ $0.stream }) else { return }
+        stream.close(.unreachable(stream.member.description, "watch reconnecting"))
     }
 
     /// Stops the watch and waits for its thread to end; the handler is not called after this returns.
     public func cancel() {
-        let first = state.withLock { state in
+        let (first, stream) = state.withLock { state in
             defer { state.cancelled = true }
-            if state.socket >= 0 { HTTPConnection.interrupt(socket: state.socket) }
-            return !state.cancelled
+            return (!state.cancelled, state.stream)
         }
+        stream?.close(.cancelled)
         if first { done.wait() }
     }
 
     private var isCancelled: Bool { state.withLock { $0.cancelled } }
 
     private func run(
-        endpoints: [EtcdEndpoint], first: Int, prefix: String, connectTimeout: Duration,
+        gateway: EtcdGateway, endpoints: [EtcdEndpoint], first: Int, prefix: String, connectTimeout: Duration,
         handler: @escaping @Sendable (Update) -> Void
     ) {
         defer { done.signal() }
@@ -79,24 +84,39 @@ public final class EtcdWatch: Sendable {
         while !isCancelled {
             let endpoint = endpoints[member]
             do {
-                let connection = try HTTPConnection(endpoint: endpoint, timeout: connectTimeout)
-                let registered = state.withLock { state in
-                    if !state.cancelled { state.socket = connection.socket }
-                    return !state.cancelled
-                }
-                defer { state.withLock { $0.socket = -1 } }
-                guard registered else { return }
                 let request: [String: Any] = [
                     "create_request": [
                         "key": EtcdJSON.base64(prefix), "range_end": EtcdJSON.prefixEnd(prefix),
                         "start_revision": String(nextRevision), "progress_notify": true,
                     ] as [String: Any]
                 ]
-                _ = try connection.openStream("/v3/watch", body: EtcdJSON.encode(request), timeout: connectTimeout)
-                while let chunk = try connection.readChunk(deadline: nil) {
-                    if isCancelled { return }
-                    if try deliver(chunk, from: endpoint, handler: handler) { return }
-                    failures = 0
+                let stream = gateway.openStream("/v3/watch", body: EtcdJSON.encode(request), to: endpoint)
+                let registered = state.withLock { state in
+                    if !state.cancelled { state.stream = stream }
+                    return !state.cancelled
+                }
+                defer {
+                    state.withLock { $0.stream = nil }
+                    stream.close(.cancelled)
+                }
+                guard registered else { return }
+                let status = try stream.waitForStatus(until: .now + connectTimeout)
+                guard status == 200 else {
+                    // An error answered in one piece: read it so the handler can report it.
+                    let text = try stream.readToEnd(until: .now + connectTimeout)
+                    throw EtcdError.http(status: status, String(decoding: text, as: UTF8.self))
+                }
+                var lines = JSONLines()
+                while let bytes = try stream.next() {
+                    lines.append(bytes)
+                    while let response = lines.next() {
+                        if isCancelled { return }
+                        if try deliver(response, from: endpoint, handler: handler) { return }
+                        failures = 0
+                    }
+                    guard lines.pendingCount <= Self.maxResponseBytes else {
+                        throw EtcdError.protocolError("a watch response of more than \(Self.maxResponseBytes) bytes")
+                    }
                 }
                 throw EtcdError.unreachable(endpoint.description, "watch stream ended")
             } catch {

@@ -176,7 +176,11 @@ public final class ClusterNode: Sendable {
         var keys: ClusterKeys { node.configuration.keys }
 
         mutating func run() {
-            defer { node.done.signal() }
+            defer {
+                // The watch is cancelled by then: close the client's connections before ``stop()`` returns.
+                client.shutdown()
+                node.done.signal()
+            }
             perform(membership.handle(.start(nowMs: nowMs)))
             while true {
                 _ = node.work.wait(timeout: .now() + .milliseconds(20))
