@@ -162,8 +162,18 @@ public final class PresenceWatcher: Sendable {
         // broker), back to 1 s after a heartbeat that reports none.
         var nextResync = ContinuousClock.now
         var resyncSpacing = Duration.seconds(1)
+        // Topics subscribed whose current state has not arrived yet. A broker with CURVE may drop a subscription
+        // it reads at a bad moment (protocol §16.3): one that brings nothing within a second is made again, then
+        // after 2, 4 … up to 30 s.
+        var awaiting: [String: (due: ContinuousClock.Instant, spacing: Duration)] = [:]
         while true {
             var timeout = broker.timeout
+            if let due = awaiting.values.map(\.due).min() {
+                let left = ContinuousClock.now.duration(to: due)
+                let wait = max(
+                    0, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
+                timeout = timeout < 0 ? wait : min(timeout, wait)
+            }
             if resync {
                 let left = ContinuousClock.now.duration(to: nextResync)
                 let wait = max(
@@ -184,6 +194,10 @@ public final class PresenceWatcher: Sendable {
             }
             if stopping { return }
             for (topic, subscribe) in changes {
+                switch topic {
+                case .presence, .group: awaiting[topic.text] = subscribe ? (.now + .seconds(1), .seconds(1)) : nil
+                case .allPresence, .broker: break
+                }
                 do {
                     try socket.set(subscribe ? .subscribe(topic.bytes) : .unsubscribe(topic.bytes))
                 } catch {
@@ -194,6 +208,7 @@ public final class PresenceWatcher: Sendable {
             while let frames = receive(socket) {
                 guard frames.count == 2 else { continue }
                 let topic = String(decoding: frames[0].bytes, as: UTF8.self)
+                if !awaiting.isEmpty { awaiting[topic] = nil }
                 if topic == Topic.broker.text {
                     guard let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1].bytes) else { continue }
                     guard let change = broker.received(heartbeat) else {
@@ -216,6 +231,16 @@ public final class PresenceWatcher: Sendable {
                     dispatch(.presence(record), topic: topic)
                     dispatch(.presence(record), topic: Topic.allPresence.text)
                 }
+            }
+            let now = ContinuousClock.now
+            for (topic, wait) in awaiting where now >= wait.due {
+                // Subscribing again sends the subscription to the broker (libzmq's SUB sends every one); taking the
+                // extra one back at once leaves the count of this topic's subscriptions as it was.
+                let bytes = Array(topic.utf8)
+                try? socket.set(.subscribe(bytes))
+                try? socket.set(.unsubscribe(bytes))
+                let spacing = min(wait.spacing * 2, .seconds(30))
+                awaiting[topic] = (now + spacing, spacing)
             }
             if resync, ContinuousClock.now >= nextResync {
                 resync = false
