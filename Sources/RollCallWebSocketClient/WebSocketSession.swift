@@ -15,8 +15,9 @@ import Synchronization
 /// connection ends, a fresh one names the session at once: within the broker's grace period that renews it, after it
 /// the broker answers `unknown_session` and the session says hello again. Closing says bye.
 ///
-/// One connection carries the requests (each with an id; its reply is matched by that id) and any updates, which are
-/// skipped.
+/// One connection carries the requests (each with an id; its reply is matched by that id) and, for the users it was
+/// asked to follow, their records: each (re)connection subscribes first, so the current record of each followed user
+/// comes first, then every change.
 public final class WebSocketSession: Sendable {
     /// Where the session stands.
     public typealias State = SessionMachine.Phase
@@ -32,14 +33,23 @@ public final class WebSocketSession: Sendable {
 
     /// Says hello over a new connection to `url` (`ws://HOST:PORT/v1/ws`), signed in with `token` if the broker checks
     /// tokens, failing if the broker does not answer within `timeoutMilliseconds` or refuses; then starts the
-    /// session's task. `onState` is called on that task whenever the state changes.
+    /// session's task. `onState` is called on that task whenever the state changes. `onRecord` is called with each
+    /// record of the users in `following` (the user's own included if named), on the connection's task.
     public init(
         url: String, token: String? = nil, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
+        following users: [UserID] = [], onRecord: (@Sendable (PresenceRecord) -> Void)? = nil,
         onState: (@Sendable (State) -> Void)? = nil
     ) async throws {
         let (stream, events) = AsyncStream<WebSocketLink.Event>.makeStream()
+        let subscription = onRecord.flatMap { onRecord in
+            users.isEmpty
+                ? nil
+                : WebSocketLink.Subscription(
+                    request: WebSocketWatcher.subscribeRequest(users.map(Topic.presence)), onRecord: onRecord)
+        }
         let link = WebSocketLink(
-            url: url, token: token, timeoutMilliseconds: timeoutMilliseconds, events: events, stream: stream)
+            url: url, token: token, timeoutMilliseconds: timeoutMilliseconds, subscription: subscription,
+            events: events, stream: stream)
         switch await link.call(.hello(hello)) {
         case .granted(let grant): granted = grant
         case .refused(let error): throw error
@@ -132,6 +142,12 @@ final class WebSocketLink {
         case timer(token: Int)
     }
 
+    /// Sent first on every connection; the records it brings go to `onRecord`.
+    struct Subscription: Sendable {
+        let request: String
+        let onRecord: @Sendable (PresenceRecord) -> Void
+    }
+
     /// What ``wait(until:)`` saw.
     enum Wakening { case woken, timedOut, ended }
 
@@ -143,6 +159,7 @@ final class WebSocketLink {
     let url: String
     let token: String?
     let timeoutMilliseconds: Int
+    let subscription: Subscription?
     private let events: AsyncStream<Event>.Continuation
     private var stream: AsyncStream<Event>.Iterator
     private var connection: Connection?
@@ -152,12 +169,13 @@ final class WebSocketLink {
     private let start = ContinuousClock.now
 
     init(
-        url: String, token: String?, timeoutMilliseconds: Int, events: AsyncStream<Event>.Continuation,
-        stream: AsyncStream<Event>
+        url: String, token: String?, timeoutMilliseconds: Int, subscription: Subscription?,
+        events: AsyncStream<Event>.Continuation, stream: AsyncStream<Event>
     ) {
         self.url = url
         self.token = token
         self.timeoutMilliseconds = timeoutMilliseconds
+        self.subscription = subscription
         self.events = events
         self.stream = stream.makeAsyncIterator()
     }
@@ -251,14 +269,24 @@ final class WebSocketLink {
         let (outgoing, sender) = AsyncStream<String?>.makeStream()
         let fresh = Connection(generation: generation, outgoing: sender)
         connection = fresh
-        Task { [url, events, generation, configuration = WebSocketClient.configuration(token: token)] in
+        if let subscription { sender.yield(subscription.request) }  // its reply has no id: no call takes it
+        Task {
+            [
+                url, events, generation, onRecord = subscription?.onRecord,
+                configuration = WebSocketClient.configuration(token: token)
+            ] in
             var reason = "the connection to \(url) closed"
             do {
                 let frame = try await WebSocketClient.connect(
                     url: url, configuration: configuration, logger: WebSocketClient.quietLogger
                 ) { inbound, outbound, _ in
                     try await WebSocketPump.run(inbound: inbound, outbound: outbound, sending: outgoing) { text in
-                        events.yield(.frame(generation: generation, bytes: Array(text.utf8)))
+                        let bytes = Array(text.utf8)
+                        if let onRecord, let record = WebSocketWatcher.record(in: bytes) {
+                            onRecord(record)
+                        } else {
+                            events.yield(.frame(generation: generation, bytes: bytes))
+                        }
                     }
                 }
                 if let frame { reason += " (close \(UInt16(webSocketErrorCode: frame.closeCode)))" }

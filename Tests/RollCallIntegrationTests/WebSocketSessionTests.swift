@@ -93,6 +93,34 @@ extension Integration {
             }
         }
 
+        /// A session following another user gets that user's current record first, then its changes, over its one
+        /// connection, and again after the connection is cut and made anew (it subscribes on every connection).
+        @Test func followsUsersOnItsConnection() async throws {
+            try await withBroker { broker in
+                let door = FrontDoor(broker: broker)
+                let port = try await door.start(port: 0)
+                let client = try broker.client()
+                let peer = try client.hello(.init(user: "peer".id, status: .busy)).session
+                let seen = Mutex<[PresenceRecord]>([])
+                let session = try await WebSocketSession(
+                    url: door.url(port), hello: .init(user: "me".id), following: ["peer".id],
+                    onRecord: { record in seen.withLock { $0.append(record) } })
+                try await waitFor(timeout: 5_000) { seen.withLock { $0.first?.status == .busy } }
+                try client.setStatus(peer, .away, text: "lunch")
+                try await waitFor(timeout: 5_000) { seen.withLock { $0.last?.text == "lunch" } }
+
+                await door.stop()
+                _ = try await door.start(port: port)
+                try client.setStatus(peer, .online, text: "back")
+                try await waitFor(timeout: 10_000) { seen.withLock { $0.last?.text == "back" } }
+                let records = seen.withLock { $0 }
+                print("records of peer: \(records.map { "\($0.status)/\($0.text ?? "-")" })")
+                #expect(records.allSatisfy { $0.user == "peer".id })
+                await session.close()
+                await door.stop()
+            }
+        }
+
         /// A stoppable WebSocket endpoint on `broker`, a ZeroMQ subscriber of `user`, and `user`'s session kept
         /// alive by its connection, seen online.
         static func phone(_ user: String, on broker: TestBroker) async throws -> (
