@@ -79,7 +79,7 @@ let package = Package(
         .target(
             name: "RollCallWebSocketClient",
             dependencies: [
-                "RollCallCore", "RollCallWire",
+                "RollCallClientCore", "RollCallCore", "RollCallWire",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -172,7 +172,7 @@ let package = Package(
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
                 "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
-                "RollCallTestKit", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
+                "RollCallTestKit", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),

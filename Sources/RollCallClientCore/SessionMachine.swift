@@ -12,7 +12,10 @@ import RollCallWire
 /// (only the latest, if several were made meanwhile); on `unknown_session` (the broker restarted or let the session
 /// expire) say hello again with the status asked for last; when the broker does not answer, retry with capped,
 /// jittered exponential backoff, and after three failures in a row drop the connection and what is queued on it;
-/// on close say bye if the broker answers, else just stop.
+/// on close say bye if the broker answers, else just stop. A transport that sees its connection end (a WebSocket)
+/// reports it with ``connectionLost(now:)``: the session is named again at once on a fresh connection, which renews it
+/// within the broker's grace period or, if it has ended, meets `unknown_session` and says hello again. A session kept
+/// alive by its connection (`idleHeartbeats: false`) sends no heartbeats while nothing else is due.
 public struct SessionMachine: Sendable {
     /// Where the session stands, as the application sees it.
     public enum Phase: Sendable, Equatable {
@@ -85,16 +88,22 @@ public struct SessionMachine: Sendable {
     private var inFlight: InFlight?
     private var due: Int64
     private var backoff: Backoff
+    private let idleHeartbeats: Bool
 
     /// A session the broker granted at `now` to `hello`. `seed` makes the backoff's jitter repeatable in tests.
+    /// `idleHeartbeats: false` for a session the broker keeps alive by its connection (`"keepalive":"connection"`):
+    /// no heartbeats, only status changes, closing, and renewal after ``connectionLost(now:)``.
     public init(
-        hello: PresenceCore.Hello, granted: PresenceCore.Granted, now: Int64, seed: UInt64 = .random(in: 1...UInt64.max)
+        hello: PresenceCore.Hello, granted: PresenceCore.Granted, now: Int64,
+        seed: UInt64 = .random(in: 1...UInt64.max),
+        idleHeartbeats: Bool = true
     ) {
+        self.idleHeartbeats = idleHeartbeats
         firstHello = hello
         self.granted = granted
         desired = (hello.status, hello.text)
         phase = .live(granted.session)
-        due = now + granted.heartbeatMilliseconds
+        due = idleHeartbeats ? now + granted.heartbeatMilliseconds : .max
         backoff = Backoff(seed: seed)
     }
 
@@ -106,6 +115,14 @@ public struct SessionMachine: Sendable {
 
     /// The application closes the session.
     public mutating func close() { closing = true }
+
+    /// The transport's connection ended while no call was under way: name the session at once on a fresh
+    /// connection (a heartbeat, or the status change or hello that is due), which renews it within the grace period.
+    public mutating func connectionLost(now: Int64) {
+        guard inFlight == nil else { preconditionFailure("connectionLost() while a call is under way: report it") }
+        reconnectFirst = true
+        due = min(due, now)
+    }
 
     /// Whether a status change waits to be sent.
     public var statusPending: Bool { sentVersion != version }
@@ -188,7 +205,7 @@ public struct SessionMachine: Sendable {
     private mutating func answered(now: Int64) {
         reachable = true
         backoff.reset()
-        due = now + granted.heartbeatMilliseconds
+        due = idleHeartbeats ? now + granted.heartbeatMilliseconds : .max
     }
 
     private mutating func send(_ request: Request, as call: InFlight) -> Action {

@@ -1,5 +1,4 @@
 import HummingbirdWSClient
-import Logging
 import RollCallCore
 import RollCallWire
 
@@ -33,14 +32,13 @@ public struct WebSocketWatcher: Sendable {
         onRecord: @escaping @Sendable (PresenceRecord) -> Void, onEvent: @escaping @Sendable (Event) -> Void = { _ in }
     ) async throws {
         var backoff = 500
-        var logger = Logger(label: "rollcall-ws-client")
-        logger.logLevel = .critical
         let topics = (all ? [Topic.allPresence] : []) + users.map(Topic.presence)
         let subscribe = Self.subscribeRequest(topics)
-        var configuration = WebSocketClientConfiguration()
-        if let token { configuration.additionalHeaders = [.authorization: "Bearer \(token)"] }
+        let configuration = WebSocketClient.configuration(token: token)
         while !Task.isCancelled {
-            let frame = try? await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) {
+            let frame = try? await WebSocketClient.connect(
+                url: url, configuration: configuration, logger: WebSocketClient.quietLogger
+            ) {
                 inbound, outbound, _ in
                 try await outbound.write(.text(subscribe))
                 onEvent(.connected)

@@ -82,23 +82,30 @@ struct Online: AsyncParsableCommand {
     @Option(help: "A custom status line, up to 256 characters.") var text: String?
     @Option(help: "A device name for the session.") var device: String?
     @Option(help: "The session TTL to ask for, ms (the broker's default if omitted).") var ttlMs: Int64?
+    @Option(
+        help: "Hold the session over the broker's WebSocket endpoint instead, without libzmq: ws://HOST:PORT/v1/ws.")
+    var ws: String?
+    @Option(help: "The token (JWT) for --ws, if the broker checks tokens.") var token: String?
+    @Flag(
+        help:
+            "Ask the broker to keep the session alive by its connection (\"keepalive\":\"connection\"): no heartbeats.")
+    var keepaliveConnection = false
     @Argument(help: "The user to be.") var user: String
 
     func run() async throws {
         let user = try userIDs([self.user])[0]
-        let hello = PresenceCore.Hello(user: user, device: device, status: status, text: text, ttlMilliseconds: ttlMs)
+        let hello = PresenceCore.Hello(
+            user: user, device: device, status: status, text: text, ttlMilliseconds: ttlMs,
+            keepAlive: keepaliveConnection ? .connection : .requests)
+        if let ws {
+            try await onlineOverWebSocket(ws, token: token, hello: hello)
+            return
+        }
         let endpoint = try endpoints.command()
         do {
             try await runUntilSignalled { stop in
                 let session = try PresenceSession(
-                    endpoint: endpoint, hello: hello, credentials: try keys.credentials()
-                ) { state in
-                    switch state {
-                    case .live(let session): note("session \(session) live")
-                    case .reconnecting(let attempt): note("broker not answering; retrying (attempt \(attempt))")
-                    case .closed: break
-                    }
-                }
+                    endpoint: endpoint, hello: hello, credentials: try keys.credentials(), onState: noteState)
                 emit(
                     "\(user) is \(hello.status) (session \(session.granted.session), heartbeat "
                         + "\(session.granted.heartbeatMilliseconds) ms, ttl \(session.granted.ttlMilliseconds) ms)")
@@ -108,6 +115,15 @@ struct Online: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
+    }
+}
+
+/// What `online` says on stderr when its session's state changes, over either transport.
+@Sendable func noteState(_ state: SessionMachine.Phase) {
+    switch state {
+    case .live(let session): note("session \(session) live")
+    case .reconnecting(let attempt): note("broker not answering; retrying (attempt \(attempt))")
+    case .closed: break
     }
 }
 

@@ -9,10 +9,10 @@ struct Driver {
     var now: Int64 = 0
     let hello = PresenceCore.Hello(user: UserID(validating: "alice")!, status: .busy, text: "first")
 
-    init() {
+    init(idleHeartbeats: Bool = true) {
         let granted = PresenceCore.Granted(
             session: SessionID("s1"), heartbeatMilliseconds: 1_000, ttlMilliseconds: 3_000)
-        machine = SessionMachine(hello: hello, granted: granted, now: 0, seed: 42)
+        machine = SessionMachine(hello: hello, granted: granted, now: 0, seed: 42, idleHeartbeats: idleHeartbeats)
     }
 
     /// Moves the clock and asks what to do.
@@ -176,5 +176,50 @@ struct SessionMachineTests {
         unreachable.machine.close()
         #expect(unreachable.next(at: 1_001) == .stop)
         #expect(unreachable.machine.phase == .closed)
+    }
+
+    /// A lost connection names the session at once on a fresh connection: a heartbeat that renews it, or, if the
+    /// broker has let it go, a hello with the status asked for last.
+    @Test func connectionLostRenewsAtOnceOnAFreshConnection() {
+        var d = Driver()
+        d.now = 200
+        d.machine.connectionLost(now: 200)
+        #expect(d.next(at: 200) == .send(.heartbeat(session: Driver.session("s1")), reconnectFirst: true))
+        d.answer(.accepted)
+        #expect(d.machine.phase == .live(Driver.session("s1")))
+        #expect(d.next(at: 201) == .sleep(until: 1_200))
+
+        d.machine.setStatus(.away, text: nil)
+        d.machine.connectionLost(now: 300)
+        #expect(
+            d.next(at: 300)
+                == .send(.status(session: Driver.session("s1"), status: .away, text: nil), reconnectFirst: true))
+        d.answer(.refused(Driver.unknown))
+        guard case .send(.hello(let hello), reconnectFirst: false) = d.next(at: 301) else {
+            Issue.record("no hello after unknown_session")
+            return
+        }
+        #expect(hello.status == .away)
+    }
+
+    /// A session kept alive by its connection sends no heartbeat however long it idles, but still sends a status
+    /// change at once and renews after a lost connection.
+    @Test func keptByConnectionSendsNoHeartbeats() {
+        var d = Driver(idleHeartbeats: false)
+        #expect(d.next(at: 1_000_000) == .sleep(until: .max))
+        d.machine.setStatus(.busy, text: "call")
+        #expect(
+            d.next(at: 1_000_001)
+                == .send(.status(session: Driver.session("s1"), status: .busy, text: "call"), reconnectFirst: false))
+        d.answer(.accepted)
+        #expect(d.next(at: 9_000_000) == .sleep(until: .max))
+        d.machine.connectionLost(now: 9_000_000)
+        #expect(d.next(at: 9_000_000) == .send(.heartbeat(session: Driver.session("s1")), reconnectFirst: true))
+        d.answer(.unanswered(reason: "connection refused"))
+        guard case .sleep(let until) = d.next(at: 9_000_001) else {
+            Issue.record("no backoff after an unanswered renewal")
+            return
+        }
+        #expect(until > 9_000_000 && until <= 9_001_200)
     }
 }

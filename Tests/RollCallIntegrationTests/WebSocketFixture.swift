@@ -6,6 +6,7 @@ import JWTKit
 import Logging
 import RollCallBroker
 import RollCallGateway
+import RollCallWebSocketClient
 import RollCallWire
 import Synchronization
 
@@ -99,23 +100,8 @@ final class WebSocketTestClient: Sendable {
             let configuration = WebSocketClientConfiguration(sniHostname: tls == nil ? nil : "localhost")
             return try await WebSocketClient.connect(
                 url: url, configuration: configuration, tlsConfiguration: tls, logger: logger
-            ) {
-                inbound, outbound, _ in
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        for await text in stream {
-                            guard let text else {
-                                try await outbound.close(.normalClosure, reason: nil)
-                                return
-                            }
-                            try await outbound.write(.text(text))
-                        }
-                    }
-                    for try await message in inbound.messages(maxSize: 1 << 24) {
-                        if case .text(let text) = message { inbox.put(text) }
-                    }
-                    group.cancelAll()
-                }
+            ) { inbound, outbound, _ in
+                try await WebSocketPump.run(inbound: inbound, outbound: outbound, sending: stream) { inbox.put($0) }
             }
         }
     }

@@ -1,0 +1,343 @@
+import HummingbirdWSClient
+import Logging
+import RollCallClientCore
+import RollCallCore
+import RollCallWire
+import Synchronization
+
+/// A session that keeps itself alive through outages, over RollCall's WebSocket endpoint (docs/websocket.md), without
+/// libzmq: for apps that cannot ship it, and for `rollcall online --ws`.
+///
+/// It says hello when made, then its own task follows ``SessionMachine``'s rules, as `PresenceSession` does over
+/// ZeroMQ: heartbeats at the interval the broker asked for (none with `"keepalive":"connection"`, whose session the
+/// connection keeps alive), status changes at once; on `unknown_session` a new hello with the status the application
+/// last asked for; when the broker does not answer, capped, jittered exponential backoff from one second. When the
+/// connection ends, a fresh one names the session at once: within the broker's grace period that renews it, after it
+/// the broker answers `unknown_session` and the session says hello again. Closing says bye.
+///
+/// One connection carries the requests (each with an id; its reply is matched by that id) and, for the users it was
+/// asked to follow, their records: each (re)connection subscribes first, so the current record of each followed user
+/// comes first, then every change.
+public final class WebSocketSession: Sendable {
+    /// Where the session stands.
+    public typealias State = SessionMachine.Phase
+
+    /// The session's rules behind a lock: the application tells it of status changes and closing, the session's task
+    /// drives it.
+    private let machine: Mutex<SessionMachine>
+    /// The session the broker granted first.
+    public let granted: PresenceCore.Granted
+    private let events: AsyncStream<WebSocketLink.Event>.Continuation
+    private let driver = Mutex<Task<Void, Never>?>(nil)
+    private let onState: (@Sendable (State) -> Void)?
+
+    /// Says hello over a new connection to `url` (`ws://HOST:PORT/v1/ws`), signed in with `token` if the broker checks
+    /// tokens, failing if the broker does not answer within `timeoutMilliseconds` or refuses; then starts the
+    /// session's task. `onState` is called on that task whenever the state changes. `onRecord` is called with each
+    /// record of the users in `following` (the user's own included if named), on the connection's task.
+    public init(
+        url: String, token: String? = nil, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
+        following users: [UserID] = [], onRecord: (@Sendable (PresenceRecord) -> Void)? = nil,
+        onState: (@Sendable (State) -> Void)? = nil
+    ) async throws {
+        let (stream, events) = AsyncStream<WebSocketLink.Event>.makeStream()
+        let subscription = onRecord.flatMap { onRecord in
+            users.isEmpty
+                ? nil
+                : WebSocketLink.Subscription(
+                    request: WebSocketWatcher.subscribeRequest(users.map(Topic.presence)), onRecord: onRecord)
+        }
+        let link = WebSocketLink(
+            url: url, token: token, timeoutMilliseconds: timeoutMilliseconds, subscription: subscription,
+            events: events, stream: stream)
+        switch await link.call(.hello(hello)) {
+        case .granted(let grant): granted = grant
+        case .refused(let error): throw error
+        case .unanswered(let reason): throw WebSocketSessionError.unanswered(reason)
+        case .accepted: throw WebSocketSessionError.unanswered("a hello reply without a session")
+        }
+        machine = Mutex(
+            SessionMachine(
+                hello: hello, granted: granted, now: link.now, idleHeartbeats: hello.keepAlive != .connection))
+        self.events = events
+        self.onState = onState
+        let task = Task { [self] in await run(link) }
+        driver.withLock { $0 = task }
+    }
+
+    /// Sets the session's status and text; sent at once, or as soon as the broker answers again.
+    public func setStatus(_ status: Status, text: String? = nil) {
+        machine.withLock { $0.setStatus(status, text: text) }
+        events.yield(.wake)
+    }
+
+    public var state: State { machine.withLock { $0.phase } }
+
+    /// The last failure a call met, if any: a refusal, or why the broker did not answer.
+    public var lastError: SessionMachine.Failure? { machine.withLock { $0.lastError } }
+
+    /// Says bye (if the broker answers), closes the connection and stops. Returns once that is done. Not from
+    /// `onState`, which runs on the session's own task: it would wait for itself.
+    public func close() async {
+        machine.withLock { $0.close() }
+        events.yield(.wake)
+        await driver.withLock { $0 }?.value
+    }
+
+    /// The session's task: carries out what the machine asks, one call at a time.
+    private func run(_ link: WebSocketLink) async {
+        defer { link.disconnect() }
+        var reported = state
+        while true {
+            let action = machine.withLock { $0.next(now: link.now) }
+            switch action {
+            case .stop:
+                report(&reported)
+                return
+            case .sleep(let until):
+                if case .ended = await link.wait(until: until) {
+                    machine.withLock { $0.connectionLost(now: link.now) }
+                }
+            case .send(let request, let reconnectFirst):
+                if reconnectFirst { link.disconnect() }
+                let outcome = await link.call(request)
+                machine.withLock { $0.completed(outcome, now: link.now) }
+                report(&reported)
+            }
+        }
+    }
+
+    private func report(_ reported: inout State) {
+        let current = state
+        guard current != reported else { return }
+        reported = current
+        onState?(current)
+    }
+}
+
+/// Why a ``WebSocketSession`` could not begin.
+public enum WebSocketSessionError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The first hello got no answer, or the connection failed.
+    case unanswered(String)
+
+    public var description: String {
+        switch self {
+        case .unanswered(let reason): "no answer to hello: \(reason)"
+        }
+    }
+}
+
+/// The session's connection, owned by its task: one WebSocket at a time, made when a call needs one, whose replies are
+/// matched to requests by id. Everything it hears (frames, its end, timers, the application's wake-ups) comes through
+/// one stream, read only here.
+final class WebSocketLink {
+    enum Event: Sendable {
+        /// The application changed the status or closed the session.
+        case wake
+        /// A text frame on connection `generation`.
+        case frame(generation: Int, bytes: [UInt8])
+        /// Connection `generation` ended.
+        case ended(generation: Int, reason: String)
+        /// Timer `token` fired.
+        case timer(token: Int)
+    }
+
+    /// Sent first on every connection; the records it brings go to `onRecord`.
+    struct Subscription: Sendable {
+        let request: String
+        let onRecord: @Sendable (PresenceRecord) -> Void
+    }
+
+    /// What ``wait(until:)`` saw.
+    enum Wakening { case woken, timedOut, ended }
+
+    private struct Connection {
+        let generation: Int
+        let outgoing: AsyncStream<String?>.Continuation
+    }
+
+    let url: String
+    let token: String?
+    let timeoutMilliseconds: Int
+    let subscription: Subscription?
+    private let events: AsyncStream<Event>.Continuation
+    private var stream: AsyncStream<Event>.Iterator
+    private var connection: Connection?
+    private var generation = 0
+    private var nextID: Int64 = 0
+    private var timers = 0
+    private let start = ContinuousClock.now
+
+    init(
+        url: String, token: String?, timeoutMilliseconds: Int, subscription: Subscription?,
+        events: AsyncStream<Event>.Continuation, stream: AsyncStream<Event>
+    ) {
+        self.url = url
+        self.token = token
+        self.timeoutMilliseconds = timeoutMilliseconds
+        self.subscription = subscription
+        self.events = events
+        self.stream = stream.makeAsyncIterator()
+    }
+
+    deinit { disconnect() }
+
+    /// Monotonic milliseconds since the link was made: the machine's clock.
+    var now: Int64 {
+        let elapsed = ContinuousClock.now - start
+        return elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+    }
+
+    /// Makes one call (connecting first if there is no connection) and says how it ended.
+    func call(_ request: Request) async -> SessionMachine.Outcome {
+        let current = connection ?? connect()
+        nextID += 1
+        let id = JSON.number(String(nextID))
+        current.outgoing.yield(String(decoding: Codec.encodeRequest(request, id: id), as: UTF8.self))
+        let deadline = now + Int64(timeoutMilliseconds)
+        while true {
+            switch await next(until: deadline) {
+            case nil:
+                return .unanswered(reason: "no answer to \(request.op) within \(timeoutMilliseconds) ms")
+            case .ended(let ended, let reason) where ended == current.generation:
+                connection = nil
+                return .unanswered(reason: reason)
+            case .frame(let from, let bytes) where from == current.generation:
+                // Updates have no `ok` and do not decode as replies; replies to abandoned calls have other ids.
+                guard let reply = try? Codec.decodeReply(bytes), reply.id == id else { continue }
+                switch reply.result {
+                case .failure(let error): return .refused(error)
+                case .success(let fields):
+                    guard case .hello = request else { return .accepted }
+                    guard let grant = try? Codec.decodeGranted(fields) else {
+                        return .unanswered(reason: "a hello reply without session, heartbeat_ms and ttl_ms")
+                    }
+                    return .granted(grant)
+                }
+            default:
+                continue
+            }
+        }
+    }
+
+    /// Waits until `until` (monotonic milliseconds), a wake-up, or the end of the current connection.
+    func wait(until: Int64) async -> Wakening {
+        while true {
+            switch await next(until: until) {
+            case nil: return .timedOut
+            case .wake: return .woken
+            case .ended(let ended, _) where ended == connection?.generation:
+                connection = nil
+                return .ended
+            default: continue
+            }
+        }
+    }
+
+    /// Closes the current connection, if any, with a close frame.
+    func disconnect() {
+        connection?.outgoing.yield(nil)
+        connection?.outgoing.finish()
+        connection = nil
+    }
+
+    /// The next event before `deadline`, or `nil` at the deadline; stale timers are skipped.
+    private func next(until deadline: Int64) async -> Event? {
+        timers += 1
+        let token = timers
+        let timer: Task<Void, Never>? =
+            deadline == .max
+            ? nil
+            : Task { [events, delay = max(0, deadline - now)] in
+                guard (try? await Task.sleep(for: .milliseconds(delay))) != nil else { return }
+                events.yield(.timer(token: token))
+            }
+        defer { timer?.cancel() }
+        while let event = await stream.next() {
+            if case .timer(let fired) = event {
+                guard fired == token else { continue }
+                return nil
+            }
+            return event
+        }
+        return nil
+    }
+
+    /// Opens a new connection; what it hears goes to the link's stream, tagged with its generation.
+    private func connect() -> Connection {
+        generation += 1
+        let (outgoing, sender) = AsyncStream<String?>.makeStream()
+        let fresh = Connection(generation: generation, outgoing: sender)
+        connection = fresh
+        if let subscription { sender.yield(subscription.request) }  // its reply has no id: no call takes it
+        Task {
+            [
+                url, events, generation, onRecord = subscription?.onRecord,
+                configuration = WebSocketClient.configuration(token: token)
+            ] in
+            var reason = "the connection to \(url) closed"
+            do {
+                let frame = try await WebSocketClient.connect(
+                    url: url, configuration: configuration, logger: WebSocketClient.quietLogger
+                ) { inbound, outbound, _ in
+                    try await WebSocketPump.run(inbound: inbound, outbound: outbound, sending: outgoing) { text in
+                        let bytes = Array(text.utf8)
+                        if let onRecord, let record = WebSocketWatcher.record(in: bytes) {
+                            onRecord(record)
+                        } else {
+                            events.yield(.frame(generation: generation, bytes: bytes))
+                        }
+                    }
+                }
+                if let frame { reason += " (close \(UInt16(webSocketErrorCode: frame.closeCode)))" }
+            } catch {
+                reason = "the connection to \(url) failed: \(error)"
+            }
+            events.yield(.ended(generation: generation, reason: reason))
+        }
+        return fresh
+    }
+}
+
+/// One WebSocket connection's traffic, inside `WebSocketClient.connect`'s handler: sends the texts of `sending` as they
+/// come (`nil` closes the connection with 1000) and passes each text frame received to `received`, until the
+/// connection ends.
+public enum WebSocketPump {
+    public static func run(
+        inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, sending: AsyncStream<String?>,
+        received: @escaping @Sendable (String) -> Void
+    ) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await text in sending {
+                    guard let text else {
+                        try await outbound.close(.normalClosure, reason: nil)
+                        return
+                    }
+                    try await outbound.write(.text(text))
+                }
+            }
+            for try await message in inbound.messages(maxSize: 1 << 24) {
+                guard case .text(let text) = message else { continue }
+                received(text)
+            }
+            group.cancelAll()
+        }
+    }
+}
+
+extension WebSocketClient {
+    /// The client's configuration: the token, if any, as `Authorization: Bearer`.
+    static func configuration(token: String?) -> WebSocketClientConfiguration {
+        var configuration = WebSocketClientConfiguration()
+        if let token { configuration.additionalHeaders = [.authorization: "Bearer \(token)"] }
+        return configuration
+    }
+
+    /// hummingbird-websocket's own logging, silenced: the clients report what matters through their callbacks.
+    static var quietLogger: Logger {
+        var logger = Logger(label: "rollcall-ws-client")
+        logger.logLevel = .critical
+        return logger
+    }
+}
