@@ -50,7 +50,8 @@ public struct CredentialsError: Error, Equatable, CustomStringConvertible {
 /// Watches a CURVE client socket's handshakes: libzmq tells a client that the broker refused its key only through
 /// the socket monitor (libzmq#3505), so a call that gets no answer asks this why.
 final class HandshakeWatch {
-    private let monitor: Socket
+    /// The monitor's PAIR socket, readable when a handshake event waits: for a poller.
+    let monitor: Socket
     /// The last failure seen, kept until a handshake succeeds.
     private var failure: MonitorEvent.Kind?
     private let curve: Bool

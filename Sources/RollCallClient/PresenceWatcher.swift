@@ -75,14 +75,17 @@ public final class PresenceWatcher: Sendable {
         let socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
         try credentials?.apply(to: socket)
+        // libzmq tells a subscriber that the broker refused its key only through the socket monitor (libzmq#3505).
+        let handshakes = try HandshakeWatch(socket, curve: credentials != nil, context: context)
         try socket.connect(endpoint)
         let name = "watcher-\(Self.instances.add(1, ordering: .relaxed).newValue)"
         let (waker, wakeSocket) = try Waker.make(context: context, name: name)
         self.waker = waker
-        let handOff = HandOff((socket, wakeSocket))
+        let handOff = HandOff((socket, wakeSocket, handshakes))
         Thread { [self] in
-            let (socket, wakeSocket) = handOff.take()
-            self.run(socket: socket, wake: wakeSocket)
+            let (socket, wakeSocket, handshakes) = handOff.take()
+            defer { handshakes.close() }
+            self.run(socket: socket, wake: wakeSocket, handshakes: handshakes)
         }.start()
     }
 
@@ -151,9 +154,10 @@ public final class PresenceWatcher: Sendable {
         return Token(id: id, topic: topic)
     }
 
-    private func run(socket: Socket, wake: Socket) {
+    private func run(socket: Socket, wake: Socket, handshakes: HandshakeWatch) {
         defer { finished.signal() }
-        var poller = Poller([socket, wake])
+        var poller = Poller([socket, wake, handshakes.monitor])
+        var refusalReported = false  // a refused handshake is reported once, until one succeeds
         var broker = BrokerTracker()
         var seen: [UserID: UInt64] = [:]  // the latest seq passed on, per user
         var resync = false
@@ -188,6 +192,11 @@ public final class PresenceWatcher: Sendable {
                 dispatch(.broker(.failed("waiting for updates failed: \(error)")), topic: Topic.broker.text)
                 return
             }
+            let refusal = handshakes.refusal()
+            if let refusal, !refusalReported {
+                dispatch(.broker(.failed(refusal.description)), topic: Topic.broker.text)
+            }
+            refusalReported = refusal != nil
             let (changes, stopping) = observers.withLock { state in
                 defer { state.pending = [] }
                 return (state.pending, state.stopping)

@@ -5,6 +5,7 @@ import RollCallCore
 import RollCallSecurity
 import RollCallTestSupport
 import RollCallWire
+import Synchronization
 import Testing
 import ZeroMQ
 
@@ -138,6 +139,24 @@ extension Integration {
                 try readerWatch.expect("alice") { $0.status == .online }
                 #expect(try strangerWatch.nextMessage(timeout: 1_200) == nil)
                 #expect(try plainWatch.nextMessage(timeout: 200) == nil)
+            }
+        }
+
+        /// A watcher whose key the broker refuses says so (a `failed` broker event naming the key), instead of
+        /// waiting in silence: libzmq tells a subscriber only through its socket monitor.
+        @Test func refusedWatcherSaysSo() async throws {
+            let keys = try TestKeys("alice", "bob", "op", "reader", "stranger")
+            try await withCurveBroker(keys) { broker in
+                let watcher = try PresenceWatcher(endpoint: broker.update, credentials: keys.credentials("stranger"))
+                defer { watcher.close() }
+                let events = Mutex<[PresenceWatcher.BrokerEvent]>([])
+                _ = watcher.observeBroker { event in events.withLock { $0.append(event) } }
+                let started = ContinuousClock.now
+                let deadline = started + .seconds(5)
+                while events.withLock({ $0.isEmpty }) && ContinuousClock.now < deadline { pause(milliseconds: 10) }
+                let first = try #require(events.withLock { $0.first })
+                #expect(first == .failed("the broker refused this key: it is not in the broker's authorized keys"))
+                print("refused watcher: told after \(Int(milliseconds(since: started))) ms")
             }
         }
 
