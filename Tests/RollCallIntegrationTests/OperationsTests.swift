@@ -3,25 +3,15 @@ import Logging
 import RollCallBroker
 import RollCallClient
 import RollCallOperations
+import RollCallTestSupport
 import Testing
 
 /// One HTTP/1.1 exchange over a plain TCP socket: what a scraper or a browser sends, and also what they never would.
 func httpExchange(port: Int, _ request: String) throws -> (status: Int, body: String) {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard descriptor >= 0 else { throw TestFailure("no socket") }
+    let descriptor = try connectLoopback(port: port)
     defer { close(descriptor) }
     var timeout = timeval(tv_sec: 5, tv_usec: 0)
     setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-        }
-    }
-    guard connected == 0 else { throw TestFailure("cannot connect to port \(port)") }
     let bytes = Array(request.utf8)
     var sent = 0
     while sent < bytes.count {

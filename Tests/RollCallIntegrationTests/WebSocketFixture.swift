@@ -6,6 +6,7 @@ import JWTKit
 import Logging
 import RollCallBroker
 import RollCallGateway
+import RollCallTestSupport
 import RollCallWebSocketClient
 import RollCallWire
 import Synchronization
@@ -234,21 +235,7 @@ final class RawWebSocket {
     /// Connects to 127.0.0.1:`port` and sends the upgrade request for `path`; `receiveBuffer` shrinks the kernel's
     /// receive buffer (a reader that cannot keep up).
     init(port: Int, path: String, receiveBuffer: Int32? = nil) throws {
-        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw TestFailure("socket() failed") }
-        if var size = receiveBuffer {
-            setsockopt(descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { throw TestFailure("connect() failed: errno \(errno)") }
+        descriptor = try connectLoopback(port: port, receiveBuffer: receiveBuffer)
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let request =
