@@ -121,6 +121,9 @@ extension EventLoop {
             result = .failure(refusal)
         } else {
             result = execute(request, connection: connection, access: access)
+            // A node of a cluster writes each change with the value it had then: two changes of one session in one
+            // round are two writes, and every node publishes both.
+            if cluster != nil { handleSessionEvents() }
         }
         switch result {
         case .success: metrics.request(request, failed: nil)

@@ -178,6 +178,21 @@ extension Integration {
                 #expect(snapshot.members.map(\.user) == [alice, bob, carol])
             }
             try b.bye(onB)
+
+            // Changes of one session that reach the node in one burst (one loop round) arrive one by one, in order.
+            let pipeline = try RequestPipeline(endpoint: cluster.nodes[0].command)
+            let dave = UserID(validating: "dave")!
+            let daves = try cluster.subscriber(2, dave)
+            let granted = try pipeline.call(.hello(hello(dave)))
+            guard let session = granted["session"]?.string else { throw TestFailure("no session: \(granted)") }
+            let texts = (0..<50).map { "t\($0)" }
+            for text in texts {
+                try pipeline.send(
+                    Codec.encodeRequest(.status(session: SessionID(session), status: .online, text: text)))
+            }
+            try pipeline.drain()
+            try daves.wait(for: "dave's last text") { $0.text == texts.last }
+            #expect(daves.records.compactMap(\.record.text) == texts)
         }
 
         /// kill -9 of a node: its users go offline on every other node, reason node_lost, within the lease and
