@@ -186,7 +186,8 @@ final class EventLoop {
             loopBeat.beat()
             if loopBeat.now >= nextGaugeUpdate {
                 metrics.update(
-                    core: core, connections: connections.count, subscriptions: subscribedTopics.count)
+                    core: core, published: published, connections: connections.count,
+                    subscriptions: subscribedTopics.count)
                 nextGaugeUpdate = loopBeat.now + 1_000
             }
             metrics.loopIteration.record(duration: ContinuousClock.now - started)
