@@ -77,8 +77,14 @@ public struct ClusterBenchmark {
                     + "(n=\(across.count))",
                 histogram: across.distribution))
 
-        let burstAlone = try burst(command: single.command, update: single.update, prefix: "s")
-        let burstAcross = try burst(command: nodes[0].command, update: nodes[1].update, prefix: "c")
+        let burstAlone = try burst(command: single.command, update: single.update, prefix: "s", cpu: [single.pid])
+        let etcdPIDs = etcd.members.compactMap(\.pid)
+        let burstAcross = try burst(
+            command: nodes[0].command, update: nodes[1].update, prefix: "c", cpu: nodes.map(\.pid) + etcdPIDs)
+        // CPU per 1,000 changes: the brokers' (the first pids) and etcd's (the rest).
+        let perThousand = { (seconds: Double) in seconds / Double(max(1, parameters.burstChanges)) * 1_000 }
+        let nodeCPU = burstAcross.cpu.prefix(nodes.count).reduce(0, +)
+        let etcdCPU = burstAcross.cpu.dropFirst(nodes.count).reduce(0, +)
         rows.append(
             BenchRow(
                 id: "C2.throughput",
@@ -87,10 +93,16 @@ public struct ClusterBenchmark {
                 figures: [
                     "cluster_per_second": burstAcross.perSecond, "cluster_received": Double(burstAcross.received),
                     "single_per_second": burstAlone.perSecond, "single_received": Double(burstAlone.received),
+                    "cluster_nodes_cpu_s_per_1000": perThousand(nodeCPU),
+                    "cluster_etcd_cpu_s_per_1000": perThousand(etcdCPU),
+                    "single_cpu_s_per_1000": perThousand(burstAlone.cpu.reduce(0, +)),
                 ],
                 summary:
                     "cluster \(n(burstAcross.perSecond))/s (\(n(Double(burstAcross.received))) of \(n(Double(parameters.burstChanges))) received); "
-                    + "single broker \(n(burstAlone.perSecond))/s (\(n(Double(burstAlone.received))) received)"))
+                    + "single broker \(n(burstAlone.perSecond))/s (\(n(Double(burstAlone.received))) received); "
+                    + "CPU per 1,000 changes: the three nodes \(f(perThousand(nodeCPU) * 1_000, 0)) ms, "
+                    + "etcd \(f(perThousand(etcdCPU) * 1_000, 0)) ms, single broker "
+                    + "\(f(perThousand(burstAlone.cpu.reduce(0, +)) * 1_000, 0)) ms"))
 
         let death = try nodeDeath(nodes: nodes)
         rows.append(
@@ -168,24 +180,29 @@ public struct ClusterBenchmark {
     }
 
     /// Changes as fast as the pipeline takes them, counted to the last delivery.
-    private func burst(command: String, update: String, prefix: String) throws -> (perSecond: Double, received: Int) {
+    /// `cpu`: processes whose CPU time over the burst is returned, in order.
+    private func burst(
+        command: String, update: String, prefix: String, cpu pids: [Int32]
+    ) throws -> (perSecond: Double, received: Int, cpu: [Double]) {
         let users = (0..<parameters.users).map { "\(prefix)burst\($0)" }
         let pipeline = try RequestPipeline(endpoint: command)
         let sessions = try openSessions(pipeline, users: users)
         let subscriber = try LatencySubscriber(endpoint: update, topics: ["presence/\(prefix)burst"])
         // Every user's hello arrives first (the cluster publishes it once it came back from etcd).
         let opened = waitFor(subscriber, count: users.count)
+        let cpuBefore = pids.map(ProcessStats.cpuSeconds(pid:))
         let start = monotonicNanoseconds()
         for index in 0..<parameters.burstChanges {
             try pipeline.send(PresenceBenchmarks.timedChange(sessions[index % sessions.count]))
         }
         try pipeline.drain()
         let total = waitFor(subscriber, count: opened + parameters.burstChanges)
+        let cpu = zip(pids.map(ProcessStats.cpuSeconds(pid:)), cpuBefore).map { $0 - $1 }
         let measured = subscriber.stop()
         let received = total - opened
         let seconds = Double(measured.lastArrival > start ? measured.lastArrival - start : 1) / 1e9
         log("burst \(prefix): \(received) of \(parameters.burstChanges) in \(f(seconds, 3)) s")
-        return (Double(received) / seconds, received)
+        return (Double(received) / seconds, received, cpu)
     }
 
     /// Kills the third node with its sessions and times their end on the first.
