@@ -33,11 +33,9 @@ struct Endpoints: ParsableArguments {
 /// that answers.
 struct ClientEndpoints: ParsableArguments {
     @Option(
-        help: ArgumentHelp(
-            "The broker's command endpoint (ROUTER); repeat it, or give a comma-separated list, for several nodes.",
-            discussion:
-                "`online` fails over between them; other commands use the first that answers. Env: ROLLCALL_COMMAND_ENDPOINT (a comma-separated list). Default: tcp://127.0.0.1:7730."
-        ))
+        help:
+            "The broker's command endpoint (ROUTER); repeat it or give a comma list for several nodes: online fails over between them, other commands use the first that answers. Env: ROLLCALL_COMMAND_ENDPOINT (a comma list). Default: tcp://127.0.0.1:7730."
+    )
     var commandEndpoint: [String] = []
 
     @Option(help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: tcp://127.0.0.1:7731.")
