@@ -128,6 +128,10 @@ final class EventLoop {
         defer {
             // Revokes the node's lease: its sessions end everywhere at once (node_lost).
             cluster?.node.stop()
+            // Monitors stop before their readers and sockets close: libzmq's I/O thread sends monitor events with a
+            // blocking send, and one sent to a closed reader would block it, and the context's termination, for good.
+            try? router.stopMonitor()
+            if xpubMonitor != nil { try? xpub.stopMonitor() }
             router.close()
             xpub.close()
             wake.close()

@@ -10,18 +10,13 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
     case malformed(String)
     /// The broker would not talk to this client: its CURVE handshake failed (an unknown key, a wrong server key).
     case refused(String)
-    /// The node answered `cluster_unavailable` (this message): it cannot take requests now, another node may.
-    /// Clients treat it as a node that does not answer.
-    case unavailable(String)
-
-    /// The error code of a node that cannot take requests now (a cluster node cut off from etcd).
-    public static let clusterUnavailable = "cluster_unavailable"
-
-    /// Whether another node might answer where this one failed: no answer in time, or `cluster_unavailable`.
+    /// Whether another node might answer where this one failed: no answer in time, or `cluster_unavailable` (a
+    /// node of a cluster that cannot reach etcd now), which clients treat as a node that does not answer.
     public var isNodeFailure: Bool {
         switch self {
-        case .timedOut, .unavailable: true
-        case .rejected, .malformed, .refused: false
+        case .timedOut: true
+        case .rejected(let error): error.code == .clusterUnavailable
+        case .malformed, .refused: false
         }
     }
 
@@ -31,7 +26,6 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
         case .timedOut(let op, let ms): "no reply to \(op) within \(ms) ms: is the broker running?"
         case .malformed(let detail): "malformed reply: \(detail)"
         case .refused(let reason): reason
-        case .unavailable(let message): "\(Self.clusterUnavailable): \(message)"
         }
     }
 }

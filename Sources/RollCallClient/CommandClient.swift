@@ -142,8 +142,6 @@ public final class CommandClient {
                 guard reply.id == id else { continue }
                 switch reply.result {
                 case .success(let fields): return fields
-                case .failure(let error) where Self.isClusterUnavailable(body):
-                    throw ClientError.unavailable(error.message)
                 case .failure(let error): throw ClientError.rejected(error)
                 }
             }
@@ -206,14 +204,6 @@ public final class CommandClient {
 
     public func ping() throws -> BrokerInfo {
         try decoding { try Codec.decodeBrokerInfo(try call(.ping)) }
-    }
-
-    /// Whether an error reply carries the code `cluster_unavailable` (a node that cannot take requests now), read
-    /// from the body itself: the codec maps codes it does not know to `bad_request`.
-    private static func isClusterUnavailable(_ body: [UInt8]) -> Bool {
-        guard case .object(let fields)? = try? JSONParser.parse(body), case .object(let error)? = fields["error"]
-        else { return false }
-        return error["code"]?.string == ClientError.clusterUnavailable
     }
 
     private func decoding<T>(_ body: () throws -> T) throws -> T {

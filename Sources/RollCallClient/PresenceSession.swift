@@ -148,12 +148,12 @@ public final class PresenceSession: Sendable {
             if case .hello(let hello) = request { return .granted(try client.hello(hello)) }
             _ = try client.call(request)
             return .accepted
-        } catch ClientError.rejected(let error) {
-            return .refused(error)
         } catch let error as ClientError where error.isNodeFailure {
             // No answer in time, or a node that cannot take sessions now (`cluster_unavailable`): the same to the
             // machine, which moves on to the next endpoint if there is one.
             return .unanswered(reason: "\(error)")
+        } catch ClientError.rejected(let error) {
+            return .refused(error)
         } catch {
             return .unanswered(reason: "\(error)")
         }

@@ -13,7 +13,8 @@ private func record(of user: String, at endpoint: String) -> PresenceRecord? {
 
 /// A fake node on a free loopback port that answers as a cluster node cut off from etcd would: `hello` is granted
 /// while `grants` lasts (a heartbeat interval of 200 ms), and every request after that is answered
-/// `cluster_unavailable`. No broker sends that code yet (the cluster is being built), hence the fake.
+/// `cluster_unavailable`. A fake, so that the refusal comes at a
+/// moment the test chooses; a real node sends it when cut off from etcd (`ClusterTests.aCutOffNodeSaysSoAndComesBack`).
 private final class UnavailableNode: Sendable {
     let endpoint: String
     private let stopped = Atomic<Bool>(false)
@@ -121,7 +122,7 @@ extension Integration {
         }
 
         /// A live session whose node answers `cluster_unavailable` moves to the next endpoint and is live there
-        /// within 1 s; so does a first hello answered that way. (A fake node sends the code: no broker does yet.)
+        /// within 1 s; so does a first hello answered that way. (A fake node sends the code, at a moment the test chooses.)
         @Test func clusterUnavailableMovesTheSessionOn() async throws {
             try await withBroker { broker in
                 let fake = try UnavailableNode(grants: 1)
@@ -154,7 +155,10 @@ extension Integration {
                 #expect(try client.query(["ida".id])["ida".id]?.sessions == 1)
                 #expect(client.endpoint == broker.command)
                 let alone = try CommandClient(endpoint: fake.endpoint, timeoutMilliseconds: 1_000)
-                #expect(throws: ClientError.unavailable("this node cannot reach the cluster's store now")) {
+                #expect(
+                    throws: ClientError.rejected(
+                        PresenceError(.clusterUnavailable, "this node cannot reach the cluster's store now"))
+                ) {
                     try alone.query(["ida".id])
                 }
             }
