@@ -65,7 +65,7 @@ let package = Package(
         .target(
             name: "RollCallBroker",
             dependencies: [
-                "RollCallCore", "RollCallSecurity", "RollCallWire", "RollCallStore", "ZeroMQ",
+                "RollCallCore", "RollCallSecurity", "RollCallWire", "RollCallStore", "RollCallCluster", "ZeroMQ",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

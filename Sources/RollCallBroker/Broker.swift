@@ -1,8 +1,10 @@
 import Foundation
 import Logging
+import RollCallCluster
 import RollCallCore
 import RollCallSecurity
 import RollCallStore
+import RollCallWire
 import ServiceLifecycle
 import Synchronization
 import ZeroMQ
@@ -19,6 +21,8 @@ public final class Broker: Service, Sendable {
     public let publicKey: String?
     private let authorizedKeysPath: String?
     private let authorizedKeyCount: Int?
+    /// The cluster node, on a node of a cluster: its state is readable from any thread.
+    private let clusterNode: ClusterNode?
 
     private let loop: Mutex<EventLoop?>
     private let context: Context
@@ -127,11 +131,21 @@ public final class Broker: Service, Sendable {
         case .directory(let path): store = try SQLiteStore(directory: path)
         case .store(let given): store = given
         }
+        // What a node says of itself in etcd, for operators: where its clients reach it.
+        var cluster: ClusterLink?
+        if let settings = configuration.cluster {
+            let description = ClusterValues.describe(
+                command: commandEndpoint, update: updateEndpoint, broker: configuration.brokerID, epoch: epoch)
+            cluster = ClusterLink(
+                settings: settings, presence: configuration.presence, description: description,
+                wake: { [waker] in waker.wake() })
+        }
+        clusterNode = cluster?.node
         let eventLoop = try EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
             monitor: monitor, zap: zap, xpubMonitor: xpubMonitor, store: store, logger: logger,
             wakeLoop: { [waker] in waker.wake() },
-            mailbox: mailbox, heartbeat: loopHeartbeat)
+            mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster)
         authorizedKeysPath = configuration.curve?.authorizedKeysPath
         authorizedKeyCount = configuration.curve?.authorizedKeys.roles.count
         self.loop = Mutex(eventLoop)
@@ -227,6 +241,14 @@ public final class Broker: Service, Sendable {
         }
     }
 
+    /// The node's name and standing, on a node of a cluster (`nil` on a single broker). Safe from any thread.
+    public var cluster: ClusterStanding? {
+        guard let clusterNode else { return nil }
+        return ClusterStanding(
+            node: clusterNode.configuration.nodeID,
+            state: .init(clusterNode.state, acceptsSessions: clusterNode.acceptsSessions))
+    }
+
     /// Whether the event loop's thread has started (it serves requests from then on).
     public var isRunning: Bool { looping.load(ordering: .sequentiallyConsistent) }
 
@@ -248,7 +270,8 @@ public final class Broker: Service, Sendable {
         await ask(timeout: timeout) { loop in
             let now = loop.clock.now()
             // The operator's view: the truth about an invisible user (docs/security.md).
-            return UserView(record: loop.core.trueRecord(of: user, now: now), groups: loop.core.groups(of: user))
+            return UserView(
+                record: loop.published.trueRecord(of: user, now: now), groups: loop.published.groups(of: user))
         }
     }
 

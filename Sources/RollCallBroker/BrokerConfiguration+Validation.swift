@@ -106,6 +106,7 @@ extension BrokerConfiguration {
             }
         }
         try validateWebSocket()
+        try validateCluster()
         guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {
             throw ConfigurationError(
                 "--heartbeat-ms",

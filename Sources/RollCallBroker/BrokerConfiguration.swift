@@ -68,6 +68,9 @@ public struct BrokerConfiguration: Sendable {
     /// Whether a non-loopback endpoint may be bound without authentication (CURVE, or tokens and TLS on the
     /// WebSocket endpoint) (`--insecure`): refused otherwise.
     public var insecure = false
+    /// A node of a cluster on etcd (docs/cluster.md); `nil` for a single broker, the default. A node keeps its state
+    /// in etcd, not in a data directory.
+    public var cluster: ClusterSettings?
 
     public init() {}
 

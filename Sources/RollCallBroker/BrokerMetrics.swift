@@ -85,12 +85,15 @@ final class BrokerMetrics {
 
     enum Topic { case presence, group, broker }
 
-    /// The gauges and the session-end counters, from the broker's state now.
-    func update(core: PresenceCore, connections connectionCount: Int, subscriptions topicCount: Int) {
+    /// The gauges and the session-end counters, from the broker's state now. `core` holds this broker's sessions;
+    /// `published` the records and groups it publishes (on a node of a cluster, the cluster's: EventLoop+Cluster).
+    func update(
+        core: PresenceCore, published: PresenceCore, connections connectionCount: Int, subscriptions topicCount: Int
+    ) {
         sessions.record(core.sessionCount)
-        usersAvailable.record(core.availableUserCount)
+        usersAvailable.record(published.availableUserCount)
         connections.record(connectionCount)
-        groups.record(core.groupCount)
+        groups.record(published.groupCount)
         subscriptions.record(topicCount)
         pendingChanges.record(core.pendingChangeCount)
         for (reason, total) in core.sessionsEnded {

@@ -61,6 +61,6 @@ extension EventLoop {
             logger.debug(
                 "connection closed", metadata: ["connection": "\(connection.id)", "users": "\(actions.count)"])
         }
-        perform(actions, now: now)
+        performLocal(actions, now: now)
     }
 }

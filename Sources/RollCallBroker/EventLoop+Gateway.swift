@@ -144,7 +144,7 @@ extension EventLoop {
         let now = clock.now()
         let actions = core.connectionClosed(id, now: now)
         logger.debug("websocket closed", metadata: ["connection": "\(id)", "users": "\(actions.count)"])
-        perform(actions, now: now)
+        performLocal(actions, now: now)
     }
 
     /// Queues a reply or an update for a connection; closes one whose queue is over its bound.

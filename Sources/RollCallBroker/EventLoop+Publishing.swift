@@ -92,6 +92,7 @@ extension EventLoop {
         BrokerHeartbeat(
             broker: configuration.brokerID, epoch: epoch, time: now,
             intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
-            usersAvailable: core.availableUserCount, sessions: core.visibleSessionCount, dropped: pending.dropped)
+            usersAvailable: published.availableUserCount, sessions: published.visibleSessionCount,
+            dropped: pending.dropped, cluster: cluster?.standing)
     }
 }

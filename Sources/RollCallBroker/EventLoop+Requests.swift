@@ -121,6 +121,9 @@ extension EventLoop {
             result = .failure(refusal)
         } else {
             result = execute(request, connection: connection, access: access)
+            // A node of a cluster writes each change with the value it had then: two changes of one session in one
+            // round are two writes, and every node publishes both.
+            if cluster != nil { handleSessionEvents() }
         }
         switch result {
         case .success: metrics.request(request, failed: nil)
@@ -133,20 +136,21 @@ extension EventLoop {
         let now = clock.now()
         switch request {
         case .hello(let hello):
+            if let refusal = clusterRefusal { return .failure(refusal) }
             let session = SessionID(Token.random(bits: 96))
             let outcome = core.hello(hello, session: session, connection: connection, now: now)
-            perform(outcome.actions, now: now)
+            performLocal(outcome.actions, now: now)
             return outcome.reply.map(Reply.hello)
         case .heartbeat(let session):
             return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
         case .status(let session, let status, let text):
             let outcome = core.setStatus(
                 session: session, status: status, text: text, connection: connection, now: now)
-            perform(outcome.actions, now: now)
+            performLocal(outcome.actions, now: now)
             return outcome.reply.map { .done }
         case .bye(let session):
             let outcome = core.bye(session: session, now: now)
-            perform(outcome.actions, now: now)
+            performLocal(outcome.actions, now: now)
             return outcome.reply.map { .done }
         case .query(let users):
             // Where each distinct user was first named: a paged reply's `next` points back into the request.
@@ -157,13 +161,15 @@ extension EventLoop {
                 access.seesTruth(about: user)
                     || connection.map { self.core.connection($0, carriesSessionOf: user) } == true
             }
-            return core.query(users, now: now, seesTruth: seesTruth).map { .query($0, positions: positions) }
+            // A node cut off from the cluster cannot vouch for anyone's presence.
+            if let refusal = clusterRefusal { return .failure(refusal) }
+            return published.query(users, now: now, seesTruth: seesTruth).map { .query($0, positions: positions) }
         case .ping:
             return .success(
                 .ping(
                     BrokerInfo(
                         broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now,
-                        testMode: configuration.testMode)))
+                        testMode: configuration.testMode, cluster: cluster?.standing)))
         case .advance(let milliseconds):
             guard configuration.testMode else { return .failure(PresenceError(.unknownOp, "unknown op 'advance'")) }
             // Connections that closed before this request are closed before the clock moves, as on a real clock.
@@ -179,9 +185,13 @@ extension EventLoop {
             // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
             // members: no more records are made than the smallest record could fill the reply with.
             let limit = configuration.maxReplyBytes / Self.smallestRecordBytes + 1
+            if cluster != nil {
+                return editGroupInCluster(group, edit, after: after, limit: limit, now: now).map(Reply.group)
+            }
             return core.group(group, edit, after: after, limit: limit, now: now).map(Reply.group)
         case .ungroup(let group):
-            let outcome = core.ungroup(group, now: now)
+            if let refusal = clusterRefusal { return .failure(refusal) }
+            let outcome = ungroupInCluster(group, now: now)
             perform(outcome.actions, now: now)
             if case .success(true) = outcome.reply { logger.debug("group deleted", metadata: ["group": "\(group)"]) }
             return outcome.reply.map { .ungroup(deleted: $0) }

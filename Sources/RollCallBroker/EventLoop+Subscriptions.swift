@@ -151,8 +151,13 @@ extension EventLoop {
     func replay(_ topic: Topic) {
         let now = clock.now()
         switch topic {
-        case .presence(let user): publish(core.record(of: user, now: now))
-        case .group(let group): publish(core.groupHeader(of: group, now: now))
+        case .presence(let user): publish(published.record(of: user, now: now))
+        case .group(let group):
+            if let cluster {
+                publish(cluster.view.groupHeader(of: group, now: now))
+            } else {
+                publish(core.groupHeader(of: group, now: now))
+            }
         case .broker: enqueue(Topic.broker.bytes, .heartbeat)  // a new subscriber learns the epoch at once
         case .allPresence: break
         }

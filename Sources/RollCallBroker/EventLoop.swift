@@ -73,6 +73,8 @@ final class EventLoop {
     var deferredBytes = 0
     /// WebSocket connections and their subscriptions (EventLoop+Gateway.swift).
     var gateway = GatewayTable()
+    /// The node's side of a cluster, on a node of one (EventLoop+Cluster.swift).
+    let cluster: ClusterLink?
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
@@ -80,8 +82,10 @@ final class EventLoop {
     init(
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
         monitor: Socket, zap: Socket? = nil, xpubMonitor: Socket? = nil, store: (any PresenceStore)?, logger: Logger,
-        wakeLoop: @escaping @Sendable () -> Void, mailbox: LoopMailbox, heartbeat: LoopHeartbeat
+        wakeLoop: @escaping @Sendable () -> Void, mailbox: LoopMailbox, heartbeat: LoopHeartbeat,
+        cluster: ClusterLink? = nil
     ) throws {
+        self.cluster = cluster
         self.zap = zap
         self.xpubMonitor = xpubMonitor
         self.authorizedKeys = configuration.curve?.authorizedKeys
@@ -111,7 +115,8 @@ final class EventLoop {
             writer = nil
             core.tracksChanges = false  // nothing will take them
         }
-        core.recordsSessionEvents = logger.logLevel <= .debug
+        // A node of a cluster writes its sessions' steps to etcd.
+        core.recordsSessionEvents = logger.logLevel <= .debug || cluster != nil
         self.core = core
     }
 
@@ -119,7 +124,14 @@ final class EventLoop {
     /// failed, or if the last changes could not be written (so that the process exits non-zero and a supervisor
     /// sees the failure).
     func run(stopping: borrowing Atomic<Bool>) throws {
+        cluster?.node.start()
         defer {
+            // Revokes the node's lease: its sessions end everywhere at once (node_lost).
+            cluster?.node.stop()
+            // Monitors stop before their readers and sockets close: libzmq's I/O thread sends monitor events with a
+            // blocking send, and one sent to a closed reader would block it, and the context's termination, for good.
+            try? router.stopMonitor()
+            if xpubMonitor != nil { try? xpub.stopMonitor() }
             router.close()
             xpub.close()
             wake.close()
@@ -157,6 +169,7 @@ final class EventLoop {
                 try wake.drain()
                 for job in mailbox.take() { job(self) }
             }
+            if cluster != nil { takeClusterNotifications() }
             // Handshakes first: a client waits for the answer before it can send anything.
             if zap != nil && ready[4] { try handleAuthentication() }
             if xpubMonitor != nil && ready[5] {
@@ -173,11 +186,12 @@ final class EventLoop {
             if ready[1] { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
             trimIfDue(now: clock.now(), busy: ready[0] || hasDeferredWork)
-            if core.recordsSessionEvents { logSessionEvents() }
+            if core.recordsSessionEvents { handleSessionEvents() }
             loopBeat.beat()
             if loopBeat.now >= nextGaugeUpdate {
                 metrics.update(
-                    core: core, connections: connections.count, subscriptions: subscribedTopics.count)
+                    core: core, published: published, connections: connections.count,
+                    subscriptions: subscribedTopics.count)
                 nextGaugeUpdate = loopBeat.now + 1_000
             }
             metrics.loopIteration.record(duration: ContinuousClock.now - started)
@@ -188,6 +202,7 @@ final class EventLoop {
     /// coalesced replay.
     var nextDeadline: BrokerTime {
         var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
+        if let due = cluster?.view.nextDeadline { deadline = min(deadline, due) }
         if let nextWrite { deadline = min(deadline, nextWrite) }
         if let due = replays.nextDue { deadline = min(deadline, due) }
         if let trimAt { deadline = min(deadline, trimAt) }
@@ -213,7 +228,8 @@ final class EventLoop {
     /// hands changes to the store once per write interval.
     func fireDeadlines(now: BrokerTime) {
         if !pending.isEmpty { flushPublications(now: now) }
-        perform(core.tick(now: now), now: now)
+        performLocal(core.tick(now: now), now: now)
+        if let cluster { perform(cluster.view.tick(now: now), now: now) }
         publishDueReplays(now: now)
         if now >= nextHeartbeat {
             enqueue(Topic.broker.bytes, .heartbeat)
@@ -281,9 +297,12 @@ final class EventLoop {
         if recentRecords.count > Self.recentLimit { recentRecords.removeFirst() }
     }
 
-    /// Logs each session's steps at debug level.
-    func logSessionEvents() {
-        for event in core.takeSessionEvents() {
+    /// Logs each session's steps at debug level, and on a node of a cluster writes them to etcd.
+    func handleSessionEvents() {
+        let events = core.takeSessionEvents()
+        if cluster != nil { writeSessionEvents(events) }
+        guard logger.logLevel <= .debug else { return }
+        for event in events {
             switch event {
             case .opened(let session, let user, let connection):
                 logger.debug(
@@ -303,6 +322,8 @@ final class EventLoop {
                 logger.debug(
                     "session lost its connection; waiting out the grace period",
                     metadata: ["session": "\(session)", "user": "\(user)"])
+            case .changed(let session, let user):
+                logger.debug("session changed its status", metadata: ["session": "\(session)", "user": "\(user)"])
             case .ended(let session, let user, let reason):
                 logger.debug(
                     "session ended", metadata: ["session": "\(session)", "user": "\(user)", "reason": "\(reason)"])
@@ -314,8 +335,8 @@ final class EventLoop {
     func status() -> BrokerStatus {
         BrokerStatus(
             broker: configuration.brokerID, epoch: epoch, time: clock.now(), sessions: core.sessionCount,
-            usersAvailable: core.availableUserCount, connections: connections.count,
-            groups: core.groupCount, subscriptions: subscribedTopics.count, published: publishedCount,
+            usersAvailable: published.availableUserCount, connections: connections.count,
+            groups: published.groupCount, subscriptions: subscribedTopics.count, published: publishedCount,
             recent: Array(recentRecords))
     }
 
@@ -348,7 +369,11 @@ final class EventLoop {
             update, recordCache: &recordCache, maxBytes: BrokerConfiguration.maxGroupMessageBytes)
         for (index, var part) in parts.enumerated() {
             // A later part takes a new, larger seq, so that the group seq rule applies every part.
-            if index > 0 { part.seq = core.issueGroupSeq(update.group, now: now) }
+            if index > 0 {
+                part.seq =
+                    cluster != nil
+                    ? cluster!.view.issueGroupSeq(update.group, now: now) : core.issueGroupSeq(update.group, now: now)
+            }
             send(topic, Codec.encodeGroupUpdate(part, recordCache: &recordCache))
         }
     }

@@ -10,6 +10,15 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
     case malformed(String)
     /// The broker would not talk to this client: its CURVE handshake failed (an unknown key, a wrong server key).
     case refused(String)
+    /// Whether another node might answer where this one failed: no answer in time, or `cluster_unavailable` (a
+    /// node of a cluster that cannot reach etcd now), which clients treat as a node that does not answer.
+    public var isNodeFailure: Bool {
+        switch self {
+        case .timedOut: true
+        case .rejected(let error): error.code == .clusterUnavailable
+        case .malformed, .refused: false
+        }
+    }
 
     public var description: String {
         switch self {

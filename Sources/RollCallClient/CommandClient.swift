@@ -4,8 +4,22 @@ import RollCallWire
 import ZeroMQ
 
 /// A connection to the broker's command endpoint (a DEALER socket) with one call at a time. Belongs to one thread.
+///
+/// Given several command endpoints (nodes of a cluster), it is connected to one at a time, beginning with the first;
+/// a call that goes unanswered, or that the node answers `cluster_unavailable`, is sent again to the next, once to
+/// each, and the client stays where it was answered (``failsOver``).
 public final class CommandClient {
-    public let endpoint: String
+    /// The command endpoints, in the order they are tried.
+    public let endpoints: [String]
+    /// The index in ``endpoints`` of the one connected to.
+    public private(set) var endpointIndex = 0
+    /// The endpoint connected to.
+    public var endpoint: String { endpoints[endpointIndex] }
+    /// Whether a call that goes unanswered, or is answered `cluster_unavailable`, is sent again to the next of
+    /// several endpoints (once to each, so a call waits at most ``timeoutMilliseconds`` per endpoint). On by default;
+    /// a ``PresenceSession`` turns it off after its first hello, since its ``SessionMachine`` chooses the endpoint.
+    /// A call sent again may have been carried out by the node that did not answer in time.
+    public var failsOver = true
     /// How long a call waits for its reply.
     public var timeoutMilliseconds: Int
     /// The keys for a broker that runs CURVE; `nil` for one without.
@@ -17,51 +31,93 @@ public final class CommandClient {
 
     /// Connects to `endpoint`, with CURVE when given `credentials`. Clients share the process's one context unless
     /// given another.
-    public init(
+    public convenience init(
         endpoint: String, timeoutMilliseconds: Int = 3_000, credentials: CurveCredentials? = nil,
         context: Context? = nil
     ) throws {
-        self.endpoint = endpoint
+        try self.init(
+            endpoints: [endpoint], timeoutMilliseconds: timeoutMilliseconds, credentials: credentials,
+            context: context)
+    }
+
+    /// Connects to the first of `endpoints` (at least one), with CURVE when given `credentials`; calls fail over to
+    /// the others (``failsOver``). Clients share the process's one context unless given another.
+    public init(
+        endpoints: [String], timeoutMilliseconds: Int = 3_000, credentials: CurveCredentials? = nil,
+        context: Context? = nil
+    ) throws {
+        precondition(!endpoints.isEmpty, "a CommandClient needs at least one endpoint")
+        self.endpoints = endpoints
         self.timeoutMilliseconds = timeoutMilliseconds
         self.credentials = credentials
         let context = try context ?? .shared()
         self.context = context
-        (socket, handshakes) = try Self.connect(endpoint, credentials, context)
+        (socket, handshakes) = try Self.connect(endpoints[0], credentials, context, watchEnd: endpoints.count > 1)
     }
 
     deinit { handshakes.close() }
 
     /// A DEALER that queues requests only on a live connection (ZMQ_IMMEDIATE): while the broker is unreachable
-    /// a request fails its call instead of waiting in a queue to be delivered, stale, after a reconnection. With
-    /// Its handshakes are watched, so that a refused key, or a broker that wants CURVE, is reported as such.
+    /// a request fails its call instead of waiting in a queue to be delivered, stale, after a reconnection. Its
+    /// handshakes are watched, so that a refused key, or a broker that wants CURVE, is reported as such; with
+    /// `watchEnd`, the end of its connection too.
     private static func connect(
-        _ endpoint: String, _ credentials: CurveCredentials?, _ context: Context
+        _ endpoint: String, _ credentials: CurveCredentials?, _ context: Context, watchEnd: Bool
     ) throws -> (Socket, HandshakeWatch) {
         let socket = try Socket(context, .dealer)
         try socket.set(.linger(milliseconds: 0))
         try socket.set(.immediate(true))
         try credentials?.apply(to: socket)
-        let handshakes = try HandshakeWatch(socket, curve: credentials != nil, context: context)
+        let handshakes = try HandshakeWatch(
+            socket, curve: credentials != nil, context: context, disconnections: watchEnd)
         try socket.connect(endpoint)
         return (socket, handshakes)
     }
 
     /// Drops the connection and anything queued on it, and connects again.
-    public func reconnect() throws {
-        // First, so that a failure leaves the old one usable.
-        let (fresh, watch) = try Self.connect(endpoint, credentials, context)
+    public func reconnect() throws { try reconnect(toEndpointAt: endpointIndex) }
+
+    /// Drops the connection and anything queued on it, and connects to `endpoints[index]`. A failure leaves the old
+    /// connection in use.
+    public func reconnect(toEndpointAt index: Int) throws {
+        precondition(endpoints.indices.contains(index), "no endpoint \(index)")
+        let (fresh, watch) = try Self.connect(endpoints[index], credentials, context, watchEnd: endpoints.count > 1)
+        handshakes.close()  // first: it stops the monitor before the socket's teardown can send it anything
         socket.close()
-        handshakes.close()
         (socket, handshakes) = (fresh, watch)
+        endpointIndex = index
     }
+
+    /// The monitor socket of the connection, readable when one of its events waits: for a driver that sleeps on
+    /// it to learn at once that the connection ended (``connectionEnded()``).
+    var connectionEvents: Socket { handshakes.monitor }
+
+    /// Whether the connection to the broker ended (a TCP connection closed: the broker process died, or closed it)
+    /// since the last time this was asked, or since the connection was made. Watched only with several endpoints.
+    func connectionEnded() -> Bool { handshakes.takeDisconnection() }
 
     /// The error for a call that got no answer: a refused handshake if that is why, else a timeout.
     private func unanswered(_ op: String) -> ClientError {
         handshakes.refusal() ?? .timedOut(op: op, milliseconds: timeoutMilliseconds)
     }
 
-    /// Sends a request and waits for its reply; replies to earlier, abandoned calls are skipped.
+    /// Sends a request and waits for its reply; replies to earlier, abandoned calls are skipped. With several
+    /// endpoints and ``failsOver``, a call that goes unanswered or is answered `cluster_unavailable` is sent to the
+    /// next endpoint, until each has had it once; the last failure is thrown.
     public func call(_ request: Request) throws -> [JSONKey: JSON] {
+        var others = failsOver ? endpoints.count - 1 : 0
+        while true {
+            do {
+                return try callOnce(request)
+            } catch let error as ClientError where others > 0 && error.isNodeFailure {
+                others -= 1
+                try reconnect(toEndpointAt: (endpointIndex + 1) % endpoints.count)
+            }
+        }
+    }
+
+    /// Makes one call on the connection in use.
+    private func callOnce(_ request: Request) throws -> [JSONKey: JSON] {
         nextID += 1
         let id = JSON.number(String(nextID))
         let deadline = Deadline(milliseconds: timeoutMilliseconds)

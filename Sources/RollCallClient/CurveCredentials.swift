@@ -48,27 +48,36 @@ public struct CredentialsError: Error, Equatable, CustomStringConvertible {
 }
 
 /// Watches a CURVE client socket's handshakes: libzmq tells a client that the broker refused its key only through
-/// the socket monitor (libzmq#3505), so a call that gets no answer asks this why.
+/// the socket monitor (libzmq#3505), so a call that gets no answer asks this why. Asked to, it also notes a
+/// connection that ended, for a session that moves to another node at once when its node's process dies.
+///
+/// ``close()`` it before closing the socket: it stops the monitor first (see `Socket.stopMonitor()`).
 final class HandshakeWatch {
-    /// The monitor's PAIR socket, readable when a handshake event waits: for a poller.
+    /// The monitor's PAIR socket, readable when a handshake or disconnection event waits: for a poller.
     let monitor: Socket
     /// The last failure seen, kept until a handshake succeeds.
     private var failure: MonitorEvent.Kind?
+    /// Whether a connection ended since ``takeDisconnection()`` was last called.
+    private var disconnected = false
     private let curve: Bool
+    private let socket: Socket
 
-    init(_ socket: Socket, curve: Bool, context: Context) throws {
+    /// Watches `socket`'s handshakes, and with `disconnections` the end of its connections.
+    init(_ socket: Socket, curve: Bool, context: Context, disconnections: Bool = false) throws {
         self.curve = curve
+        self.socket = socket
         let name = "handshake-\(Self.instances.add(1, ordering: .relaxed).newValue)"
-        monitor = try socket.monitor([.handshakeSucceeded, .handshakeFailed], name: name, context: context)
+        monitor = try socket.monitor(
+            disconnections
+                ? [.handshakeSucceeded, .handshakeFailed, .disconnected] : [.handshakeSucceeded, .handshakeFailed],
+            name: name, context: context)
     }
 
     private static let instances = Atomic<Int>(0)
 
     /// Why the broker would not talk to this client, if a handshake failed since the last that succeeded.
     func refusal() -> ClientError? {
-        while let event = try? monitor.receiveMonitorEvent() {
-            failure = event.kind == .handshakeSucceeded ? nil : event.kind
-        }
+        drain()
         switch failure {
         case .handshakeFailedAuth?:
             return .refused("the broker refused this key: it is not in the broker's authorized keys")
@@ -82,5 +91,27 @@ final class HandshakeWatch {
         }
     }
 
-    func close() { monitor.close() }
+    /// Whether a connection ended since the last call (or since the watch began).
+    func takeDisconnection() -> Bool {
+        drain()
+        defer { disconnected = false }
+        return disconnected
+    }
+
+    private func drain() {
+        while let event = try? monitor.receiveMonitorEvent() {
+            switch event.kind {
+            case .disconnected: disconnected = true
+            case .handshakeSucceeded: failure = nil
+            default: failure = event.kind
+            }
+        }
+    }
+
+    /// Stops the monitor, then closes its reader: in that order, so that libzmq never sends an event to a reader
+    /// that is gone (which would block its I/O thread for good).
+    func close() {
+        try? socket.stopMonitor()
+        monitor.close()
+    }
 }

@@ -12,6 +12,13 @@ import ZeroMQ
 /// new hello with the status the application last asked for; when the broker does not answer, capped, jittered
 /// exponential backoff from one second, keeping the latest status change for when it answers again. Closing says
 /// bye.
+///
+/// Given several command endpoints (the nodes of a cluster, or brokers that stand in for each other), it fails
+/// over: when the node it is on does not answer within the deadline, answers `cluster_unavailable`, or its
+/// connection ends (the node's process died: noticed at once, not at the next heartbeat), the session moves to the
+/// next endpoint and says hello there, with the same user and device and the status asked for last. Only when every
+/// endpoint has failed in a row does it wait for the backoff (``EndpointRotation``). The session on the node left
+/// behind is not closed: it ends there by its TTL (or, in a cluster, with the node's lease).
 public final class PresenceSession: Sendable {
     /// Where the session stands.
     public typealias State = SessionMachine.Phase
@@ -21,6 +28,8 @@ public final class PresenceSession: Sendable {
     private let machine: Mutex<SessionMachine>
     /// The session the broker granted first.
     public let granted: PresenceCore.Granted
+    /// The command endpoints the session may use, in the order they are tried.
+    public let endpoints: [String]
     private let waker: Waker
     private let finished = DispatchSemaphore(value: 0)
     private let onState: (@Sendable (State) -> Void)?
@@ -28,15 +37,32 @@ public final class PresenceSession: Sendable {
 
     /// Says hello over a new connection to `endpoint` (failing if the broker does not answer) and starts the
     /// session's thread. `onState` is called on that thread whenever the state changes.
-    public init(
+    public convenience init(
         endpoint: String, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
+        credentials: CurveCredentials? = nil, context: Context? = nil, onState: (@Sendable (State) -> Void)? = nil
+    ) throws {
+        try self.init(
+            endpoints: [endpoint], hello: hello, timeoutMilliseconds: timeoutMilliseconds, credentials: credentials,
+            context: context, onState: onState)
+    }
+
+    /// Says hello to the first of `endpoints` (at least one) that answers, trying each once in order (failing if
+    /// none does), and starts the session's thread, which fails over between them. `onState` is called on that
+    /// thread whenever the state changes; ``endpoint`` then says where the session is.
+    public init(
+        endpoints: [String], hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
         credentials: CurveCredentials? = nil, context: Context? = nil, onState: (@Sendable (State) -> Void)? = nil
     ) throws {
         let context = try context ?? .shared()
         let client = try CommandClient(
-            endpoint: endpoint, timeoutMilliseconds: timeoutMilliseconds, credentials: credentials, context: context)
+            endpoints: endpoints, timeoutMilliseconds: timeoutMilliseconds, credentials: credentials, context: context)
         granted = try client.hello(hello)
-        machine = Mutex(SessionMachine(hello: hello, granted: granted, now: 0))
+        client.failsOver = false
+        self.endpoints = endpoints
+        machine = Mutex(
+            SessionMachine(
+                hello: hello, granted: granted, now: 0,
+                endpoints: EndpointRotation(count: endpoints.count, current: client.endpointIndex)))
         self.onState = onState
         let (waker, wakeSocket) = try Waker.make(context: context, name: "session-\(granted.session.rawValue)")
         self.waker = waker
@@ -54,6 +80,12 @@ public final class PresenceSession: Sendable {
     }
 
     public var state: State { machine.withLock { $0.phase } }
+
+    /// The session the broker granted last: after a fail-over, the one on the node the session moved to.
+    public var session: SessionID { machine.withLock { $0.granted.session } }
+
+    /// The command endpoint the session is on (or, while it moves, is trying).
+    public var endpoint: String { endpoints[machine.withLock { $0.endpoint }] }
 
     /// The last failure a call met, if any: a refusal, or why the broker did not answer.
     public var lastError: SessionMachine.Failure? { machine.withLock { $0.lastError } }
@@ -77,24 +109,32 @@ public final class PresenceSession: Sendable {
     /// The session's thread: carries out what the machine asks, one call at a time.
     private func run(client: CommandClient, wake: Socket) {
         defer { finished.signal() }
-        var poller = Poller([wake])
+        // With somewhere else to go, a connection that ends is a failure of its node, seen at once; with one endpoint
+        // the next call finds out, and libzmq reconnects meanwhile.
+        let watchConnection = endpoints.count > 1
         var reported = state
         while true {
-            let action = machine.withLock { $0.next(now: now) }
+            let (action, endpoint) = machine.withLock { ($0.next(now: now), $0.endpoint) }
             switch action {
             case .stop:
                 report(&reported)
                 return
             case .sleep(let until):
                 do {
+                    var poller = Poller(watchConnection ? [wake, client.connectionEvents] : [wake])
                     _ = try poller.poll(timeout: Int(max(0, until - now)))
                     try wake.drain()
+                    if watchConnection && client.connectionEnded() {
+                        machine.withLock { $0.connectionLost(now: now) }
+                        report(&reported)
+                    }
                 } catch {
                     // The wake socket failed: the context is ending. Stop waiting, stop the session.
                     machine.withLock { $0.close() }
                 }
             case .send(let request, let reconnectFirst):
-                if reconnectFirst { try? client.reconnect() }  // a failure keeps the old connection
+                // A failure keeps the old connection.
+                if reconnectFirst { try? client.reconnect(toEndpointAt: endpoint) }
                 let outcome = perform(request, on: client)
                 machine.withLock { $0.completed(outcome, now: now) }
                 report(&reported)
@@ -108,6 +148,10 @@ public final class PresenceSession: Sendable {
             if case .hello(let hello) = request { return .granted(try client.hello(hello)) }
             _ = try client.call(request)
             return .accepted
+        } catch let error as ClientError where error.isNodeFailure {
+            // No answer in time, or a node that cannot take sessions now (`cluster_unavailable`): the same to the
+            // machine, which moves on to the next endpoint if there is one.
+            return .unanswered(reason: "\(error)")
         } catch ClientError.rejected(let error) {
             return .refused(error)
         } catch {

@@ -16,6 +16,12 @@ import RollCallWire
 /// reports it with ``connectionLost(now:)``: the session is named again at once on a fresh connection, which renews it
 /// within the broker's grace period or, if it has ended, meets `unknown_session` and says hello again. A session kept
 /// alive by its connection (`idleHeartbeats: false`) sends no heartbeats while nothing else is due.
+///
+/// With several command endpoints (an ``EndpointRotation`` of more than one), a call that goes unanswered, or a lost
+/// connection, moves the session to the next endpoint (``endpoint``) at once, on a fresh connection, with a hello
+/// (the same user and device, the status asked for last): a session is one node's, so it is never named to another.
+/// Only when every endpoint has failed in a row does the next attempt wait for the backoff. The driver connects to
+/// the endpoint ``endpoint`` names whenever a `.send` says `reconnectFirst`.
 public struct SessionMachine: Sendable {
     /// Where the session stands, as the application sees it.
     public enum Phase: Sendable, Equatable {
@@ -89,16 +95,24 @@ public struct SessionMachine: Sendable {
     private var due: Int64
     private var backoff: Backoff
     private let idleHeartbeats: Bool
+    private var rotation: EndpointRotation
+
+    /// The index of the command endpoint the session is on, or moving to: the driver connects there when a `.send`
+    /// says `reconnectFirst`.
+    public var endpoint: Int { rotation.current }
 
     /// A session the broker granted at `now` to `hello`. `seed` makes the backoff's jitter repeatable in tests.
     /// `idleHeartbeats: false` for a session the broker keeps alive by its connection (`"keepalive":"connection"`):
-    /// no heartbeats, only status changes, closing, and renewal after ``connectionLost(now:)``.
+    /// no heartbeats, only status changes, closing, and renewal after ``connectionLost(now:)``. `endpoints`: the
+    /// command endpoints the session may use, `current` the one that granted it.
     public init(
         hello: PresenceCore.Hello, granted: PresenceCore.Granted, now: Int64,
         seed: UInt64 = .random(in: 1...UInt64.max),
-        idleHeartbeats: Bool = true
+        idleHeartbeats: Bool = true,
+        endpoints: EndpointRotation = EndpointRotation(count: 1)
     ) {
         self.idleHeartbeats = idleHeartbeats
+        rotation = endpoints
         firstHello = hello
         self.granted = granted
         desired = (hello.status, hello.text)
@@ -118,8 +132,13 @@ public struct SessionMachine: Sendable {
 
     /// The transport's connection ended while no call was under way: name the session at once on a fresh
     /// connection (a heartbeat, or the status change or hello that is due), which renews it within the grace period.
+    /// With several endpoints it is a failure of this one: the session moves to the next (see ``EndpointRotation``).
     public mutating func connectionLost(now: Int64) {
         guard inFlight == nil else { preconditionFailure("connectionLost() while a call is under way: report it") }
+        if rotation.rotates {
+            failed("the connection to the broker ended", now: now)
+            return
+        }
         reconnectFirst = true
         due = min(due, now)
     }
@@ -192,18 +211,33 @@ public struct SessionMachine: Sendable {
             lastError = .refused(error)
             if case .status(let sent) = call { sentVersion = max(sentVersion, sent) }
         case (.unanswered(let reason), _):
-            lastError = .unanswered(reason)
-            reachable = false
+            failed(reason, now: now)
+        }
+    }
+
+    /// The endpoint in use did not answer, or its connection ended.
+    private mutating func failed(_ reason: String, now: Int64) {
+        lastError = .unanswered(reason)
+        reachable = false
+        let atOnce = rotation.failed()
+        if rotation.rotates {
+            // Another node: a fresh connection there, and a hello, since a session belongs to the node that granted
+            // it. The backoff only once every endpoint has failed in a row.
+            reconnectFirst = true
+            needsHello = true
+            due = atOnce ? now : now + backoff.next()
+        } else {
             // A late reply is skipped by its id, so one timeout keeps the connection (closing it would end the
             // session at once on a broker without grace). After three in a row a fresh one drops what is queued.
-            if backoff.attempts >= 2 { reconnectFirst = true }
+            if rotation.failures >= 3 { reconnectFirst = true }
             due = now + backoff.next()
-            phase = .reconnecting(attempt: backoff.attempts)
         }
+        phase = .reconnecting(attempt: rotation.failures)
     }
 
     private mutating func answered(now: Int64) {
         reachable = true
+        rotation.answered()
         backoff.reset()
         due = idleHeartbeats ? now + granted.heartbeatMilliseconds : .max
     }

@@ -14,7 +14,7 @@ extension PresenceCore {
         var reasons: [UserID: OfflineReason] = [:]
         while let check = expiries.min, check.at <= now {
             expiries.removeMin()
-            guard var session = sessions[check.session] else { continue }  // ended already
+            guard var session = sessions[check.session], !session.isRemote else { continue }  // ended, or not ours
             if session.expiresAt > now {
                 expiries.insert(ExpiryCheck(at: session.expiresAt, session: check.session))
             } else if session.isHeldByConnection {
@@ -43,7 +43,8 @@ extension PresenceCore {
     /// The checks of ended sessions stay in the heap until they come due. Rebuilds it from the live sessions when
     /// they outnumber the live ones, so that clients who churn sessions with long TTLs cannot grow it without bound.
     mutating func compactExpiriesIfStale() {
-        guard expiries.count > 2 * sessions.count + 1_024 else { return }
-        expiries = Heap(sessions.map { ExpiryCheck(at: $0.value.expiresAt, session: $0.key) })
+        guard expiries.count > 2 * (sessions.count - remoteSessionCount) + 1_024 else { return }
+        expiries = Heap(
+            sessions.filter { !$0.value.isRemote }.map { ExpiryCheck(at: $0.value.expiresAt, session: $0.key) })
     }
 }

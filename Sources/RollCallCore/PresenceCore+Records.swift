@@ -50,8 +50,12 @@ extension PresenceCore {
     }
 
     /// Recomputes the record of `user` from its sessions. Returns it if it changed (with a new `seq`), or nothing.
-    /// `reason` says why, in case the user stops being available.
-    mutating func refresh(_ user: UserID, now: BrokerTime, reason: OfflineReason) -> [PresenceRecord] {
+    /// `reason` says why, in case the user stops being available. A change from the cluster's store carries its
+    /// `stamp`: the record takes its time and its seq (at least), so that every node makes the same record; `now`
+    /// (this broker's clock) then only schedules group batches.
+    mutating func refresh(
+        _ user: UserID, now: BrokerTime, reason: OfflineReason, stamp: Stamp? = nil
+    ) -> [PresenceRecord] {
         guard var state = users[user] else { return [] }
         var winner: Session?
         var visible = 0  // an invisible session is left out as if it did not exist
@@ -71,19 +75,20 @@ extension PresenceCore {
 
         let statusChanged = status != state.status || !sameBytes(text, state.text)
         guard statusChanged || visible != state.publishedSessions else { return [] }
-        if statusChanged || state.since == nil { state.since = now }
-        if status.isAvailable || state.status.isAvailable { state.lastSeen = now }
+        let at = stamp?.time ?? now
+        if statusChanged || state.since == nil { state.since = at }
+        if status.isAvailable || state.status.isAvailable { state.lastSeen = at }
         if state.status.isAvailable && !status.isAvailable { state.reason = reason }
         let previous = state.status
         if previous.isAvailable != status.isAvailable { availableUserCount += status.isAvailable ? 1 : -1 }
         state.status = status
         state.text = text
         state.publishedSessions = visible
-        state.seq = nextSeq(after: state.seq, now: now)
+        state.seq = stamp.map { max(state.seq + 1, $0.seq) } ?? nextSeq(after: state.seq, now: now)
         users[user] = state
         if tracksChanges { changedUsers.insert(user) }
         noteMemberChange(user, from: previous, to: status, now: now)
-        return [record(of: user, now: now)]
+        return [record(of: user, now: at)]
     }
 
     /// `seq` grows by one per change and never falls behind the broker's clock in microseconds, so it keeps

@@ -113,6 +113,7 @@ extension PresenceCore {
             sessions[id]!.status = status
             sessions[id]!.text = text
             sessions[id]!.statusOrder = statusChanges
+            if recordsSessionEvents { sessionEvents.append(.changed(id, user)) }
             // Going invisible looks to others exactly like that session saying bye.
             updates = refresh(user, now: now, reason: status == .invisible ? .bye : .status)
         }
@@ -121,7 +122,7 @@ extension PresenceCore {
 
     /// Ends a session at once (logout).
     public mutating func bye(session id: SessionID, now: BrokerTime) -> Outcome<Void> {
-        guard let session = sessions[id], !session.isPlaceholder else { return unknownSession(id) }
+        guard let session = sessions[id], session.isNameable else { return unknownSession(id) }
         let user = session.user
         return Outcome(.success(()), updates: end([id], of: user, now: now, reason: .bye))
     }
@@ -148,9 +149,17 @@ extension PresenceCore {
             .map(Action.publish)
     }
 
+    /// What others may know of live session `id` (its user, device, status and text), or `nil` if there is no such
+    /// session of this broker's clients: what a cluster node writes to the cluster's store.
+    public func description(of id: SessionID) -> SessionDescription? {
+        guard let session = sessions[id], session.isNameable else { return nil }
+        return SessionDescription(
+            user: session.user, device: session.device, status: session.status, text: session.text)
+    }
+
     /// The user of live session `id`, or `nil` if there is no such session: whose session a request touches.
     public func user(of id: SessionID) -> UserID? {
-        guard let session = sessions[id], !session.isPlaceholder else { return nil }
+        guard let session = sessions[id], session.isNameable else { return nil }
         return session.user
     }
 
@@ -158,7 +167,7 @@ extension PresenceCore {
 
     /// Renews a live session and moves it to `connection`; returns its user, or `nil` if it is not live.
     mutating func touch(_ id: SessionID, connection: ConnectionID?, now: BrokerTime) -> UserID? {
-        guard var session = sessions[id], !session.isPlaceholder else { return nil }
+        guard var session = sessions[id], session.isNameable else { return nil }
         let move = session.renew(over: connection, now: now)
         if let left = move.left { removeFromConnection(left, id) }
         if move.joined, let connection {

@@ -92,6 +92,9 @@ public struct PresenceCore: Sendable {
     /// Live sessions whose status is `invisible`.
     var invisibleSessionCount = 0
 
+    /// Live sessions of the cluster's store (PresenceCore+Remote.swift).
+    var remoteSessions = 0
+
     /// The number of live sessions others may know of: the `invisible` ones left out (the broker heartbeat's count).
     public var visibleSessionCount: Int { sessions.count - invisibleSessionCount }
 
@@ -106,6 +109,8 @@ public struct PresenceCore: Sendable {
         case moved(SessionID, UserID, from: ConnectionID?, to: ConnectionID)
         /// Its connection closed; it waits out the grace period.
         case detached(SessionID, UserID)
+        /// Its status or text changed.
+        case changed(SessionID, UserID)
         case ended(SessionID, UserID, OfflineReason)
     }
 

@@ -16,6 +16,9 @@ public enum ErrorCode: String, Sendable, CaseIterable {
     case limit = "limit"
     /// The key (or token) the connection authenticated with may not do this; the message says what it may do.
     case forbidden = "forbidden"
+    /// This cluster node cannot reach the cluster's store (etcd) now, so it takes no new sessions and answers no
+    /// reads it cannot vouch for: try another node, or later (docs/cluster.md).
+    case clusterUnavailable = "cluster_unavailable"
 }
 
 /// An error answered to a request: a stable code and a message for people.

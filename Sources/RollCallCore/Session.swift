@@ -14,6 +14,8 @@ extension PresenceCore {
         ///
         ///   restore ──▶ placeholder ──── a hello of its user ──▶ replaced, nothing published
         ///                     └───────── TTL runs out ─────────▶ ended (restart)
+        ///
+        ///   cluster store ──▶ remote ──── changed or ended by the store only ──▶ ended (its node's reason)
         /// ```
         /// `attached` also ends by `bye` (reason bye), by its TTL (timeout), and by its connection closing without a
         /// grace period (closed).
@@ -26,6 +28,10 @@ extension PresenceCore {
             /// Stands for the sessions a user had before a restart, until a hello of that user takes its place. No
             /// client can name it.
             case placeholder
+            /// A session as the cluster's store holds it (docs/cluster.md): another node's, or this node's own as it
+            /// came back from the store. It counts towards its user's record, has no connection and no TTL here, and
+            /// only the store changes or ends it. No client can name it.
+            case remote
         }
 
         let user: UserID
@@ -57,6 +63,15 @@ extension PresenceCore {
             self.state = .attached(connection)
         }
 
+        /// A session of the cluster's store.
+        static func remote(_ description: SessionDescription, statusOrder: UInt64, now: BrokerTime) -> Session {
+            var session = Session(
+                user: description.user, device: description.device, status: description.status,
+                text: description.text, statusOrder: statusOrder, ttl: 0, now: now, connection: nil)
+            session.state = .remote
+            return session
+        }
+
         /// A placeholder for a user who was available when the previous run stopped.
         static func placeholder(
             user: UserID, status: Status, text: String?, statusOrder: UInt64, ttl: Int64, now: BrokerTime
@@ -78,6 +93,11 @@ extension PresenceCore {
 
         var isPlaceholder: Bool { state == .placeholder }
 
+        var isRemote: Bool { state == .remote }
+
+        /// Whether a request may name it: only a live session of this broker's own clients.
+        var isNameable: Bool { state != .placeholder && state != .remote }
+
         /// Whether its TTL is suspended: kept alive by its connection and attached to a tracked one.
         var isHeldByConnection: Bool { keptByConnection && connection != nil }
 
@@ -88,6 +108,7 @@ extension PresenceCore {
             case .attached: .timeout
             case .detached: .closed
             case .placeholder: .restart
+            case .remote: .nodeLost  // never checked: a remote session has no deadline here
             }
         }
 
@@ -95,7 +116,7 @@ extension PresenceCore {
         /// tracked one (else to the connection it had). Says whether it joined `connection` and which one it left. A
         /// placeholder is never renewed: no client can name it.
         mutating func renew(over connection: ConnectionID?, now: BrokerTime) -> (joined: Bool, left: ConnectionID?) {
-            precondition(!isPlaceholder, "a placeholder cannot be named by a request")
+            precondition(isNameable, "a placeholder or a remote session cannot be named by a request")
             expiresAt = now + ttl
             guard let connection, state != .attached(connection) else {
                 state = .attached(self.connection)

@@ -36,4 +36,7 @@ public enum OfflineReason: String, Sendable, CaseIterable {
     case timeout
     /// The broker restarted and the session did not come back in time.
     case restart
+    /// The cluster node that held the last available session was lost: it died, or it was cut off from the
+    /// cluster's store for longer than its lease (docs/cluster.md).
+    case nodeLost = "node_lost"
 }

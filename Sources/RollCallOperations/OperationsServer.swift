@@ -42,6 +42,11 @@ public struct OperationsServer: Service {
         router.get("/readyz") { _, _ -> Response in
             if broker.isStopping { return text(.serviceUnavailable, "stopping: shutdown has begun") }
             guard broker.isRunning else { return text(.serviceUnavailable, "starting: state not restored yet") }
+            if let cluster = broker.cluster, cluster.state != .live {
+                return text(
+                    .serviceUnavailable,
+                    "\(cluster.state.rawValue): cluster node \(cluster.node) cannot vouch for the cluster's state now")
+            }
             return text(.ok, "ready: state restored, \(broker.commandEndpoint) and \(broker.updateEndpoint) bound")
         }
         router.get("/") { _, _ -> Response in

@@ -53,6 +53,16 @@ public final class BrokerProcess {
         process.terminate()
         process.waitUntilExit()
     }
+
+    /// Kills the broker with SIGKILL (no shutdown of any kind, as when its host dies) and waits for it.
+    public func kill() {
+        guard process.isRunning else { return }
+        Foundation.kill(pid, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// Whether the process still runs.
+    public var isRunning: Bool { process.isRunning }
 }
 
 /// Readings from `/proc/<pid>`.

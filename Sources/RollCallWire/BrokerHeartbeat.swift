@@ -15,12 +15,16 @@ public struct BrokerHeartbeat: Equatable, Sendable {
     /// (docs/protocol.md §8.4).
     /// 0 from a broker that does not report it.
     public var dropped: UInt64
+    /// The node and its standing, from a node of a cluster: a subscriber whose node is not `live` knows that the
+    /// records it gets may be out of date (docs/cluster.md).
+    public var cluster: ClusterStanding?
 
     public init(
         broker: String, epoch: String, time: BrokerTime, intervalMilliseconds: Int64, usersAvailable: Int,
         sessions: Int,
-        dropped: UInt64 = 0
+        dropped: UInt64 = 0, cluster: ClusterStanding? = nil
     ) {
+        self.cluster = cluster
         self.broker = broker
         self.epoch = epoch
         self.time = time
@@ -50,6 +54,7 @@ extension Codec {
         writer.integer(heartbeat.sessions)
         writer.key("dropped")
         writer.integer(heartbeat.dropped)
+        if let cluster = heartbeat.cluster { write(cluster, into: &writer) }
         writer.endObject()
         return writer.bytes
     }
@@ -69,6 +74,7 @@ extension Codec {
         let dropped = fields["dropped"]?.integer.map { UInt64(max(0, $0)) } ?? 0
         return BrokerHeartbeat(
             broker: broker, epoch: epoch, time: BrokerTime(milliseconds: time), intervalMilliseconds: interval,
-            usersAvailable: Int(users), sessions: Int(sessions), dropped: dropped)
+            usersAvailable: Int(users), sessions: Int(sessions), dropped: dropped,
+            cluster: decodeClusterStanding(fields))
     }
 }

@@ -118,7 +118,7 @@ extension Codec {
         else { throw MalformedMessage(description: "a ping reply must carry broker, version, epoch and time") }
         return BrokerInfo(
             broker: broker, version: version, epoch: epoch, time: BrokerTime(milliseconds: time),
-            testMode: fields["test_mode"] == .bool(true))
+            testMode: fields["test_mode"] == .bool(true), cluster: decodeClusterStanding(fields))
     }
 
     /// Where a paged `query` reply stopped: the index in the request's `users` of the first user not answered, or

@@ -103,6 +103,23 @@ extension Codec {
             writer.key("test_mode")
             writer.bool(true)
         }
+        if let cluster = info.cluster { write(cluster, into: &writer) }
+    }
+
+    /// `"node"` and `"cluster"`, as `ping` and the broker heartbeat carry them.
+    static func write(_ cluster: ClusterStanding, into writer: inout JSONWriter) {
+        writer.key("node")
+        writer.string(cluster.node)
+        writer.key("cluster")
+        writer.string(cluster.state.rawValue)
+    }
+
+    /// `"node"` and `"cluster"`, if both are there and known.
+    static func decodeClusterStanding(_ fields: [JSONKey: JSON]) -> ClusterStanding? {
+        guard let node = fields["node"]?.string,
+            let state = fields["cluster"]?.string.flatMap(ClusterStanding.State.init)
+        else { return nil }
+        return ClusterStanding(node: node, state: state)
     }
 
     /// Writes records as one object keyed by user id, while the output stays within `budget` bytes (at least one

@@ -32,12 +32,43 @@ public struct BrokerInfo: Equatable, Sendable {
     public var time: BrokerTime
     /// Whether the broker runs in test mode: its clock moves only by `advance` (never in production).
     public var testMode: Bool
+    /// The node and its standing, when the broker is a node of a cluster (docs/cluster.md).
+    public var cluster: ClusterStanding?
 
-    public init(broker: String, version: String, epoch: String, time: BrokerTime, testMode: Bool = false) {
+    public init(
+        broker: String, version: String, epoch: String, time: BrokerTime, testMode: Bool = false,
+        cluster: ClusterStanding? = nil
+    ) {
         self.broker = broker
         self.version = version
         self.epoch = epoch
         self.time = time
         self.testMode = testMode
+        self.cluster = cluster
+    }
+}
+
+/// A cluster node's name and where it stands, as `ping` and the broker heartbeat carry them (docs/cluster.md).
+public struct ClusterStanding: Equatable, Sendable {
+    /// Where a node stands with the cluster's store.
+    public enum State: String, Sendable, CaseIterable {
+        /// Joining, or joining again: it takes no sessions yet.
+        case joining
+        /// In the cluster: it takes sessions and vouches for what it answers.
+        case live
+        /// etcd has not answered it for two thirds of its lease: it takes no new sessions and answers no reads
+        /// (`cluster_unavailable`) until etcd answers again.
+        case cutOff = "cut_off"
+        /// Stopping.
+        case stopped
+    }
+
+    /// The node id (`--node-id`).
+    public var node: String
+    public var state: State
+
+    public init(node: String, state: State) {
+        self.node = node
+        self.state = state
     }
 }

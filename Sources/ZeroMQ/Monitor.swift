@@ -65,6 +65,16 @@ extension Socket {
         return pair
     }
 
+    /// Stops the monitor started by ``monitor(_:name:context:)``; nothing if the socket is closed. Call it before
+    /// closing the PAIR socket that reads the events, and before closing this socket: libzmq sends events from its
+    /// I/O thread with a blocking send, so an event sent once the reader is gone (a connection that ends while this
+    /// socket is torn down, which goes on after `zmq_close` returns) blocks that thread, and with it every connection
+    /// of the context, for good.
+    public func stopMonitor() throws {
+        guard let handle else { return }
+        _ = try zmqCheck("zmq_socket_monitor") { zmq_socket_monitor(handle, nil, 0) }
+    }
+
     /// Reads one monitor event from a socket returned by ``monitor(_:name:context:)``, or `nil` if none waits.
     public func receiveMonitorEvent() throws -> MonitorEvent? {
         while let message = try receiveMessage(maxFrames: 2) {

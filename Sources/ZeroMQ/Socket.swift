@@ -40,7 +40,7 @@ public final class Socket {
 
     public let kind: Kind
     private let context: Context  // keeps the context alive while the socket is open
-    private var handle: UnsafeMutableRawPointer?
+    private(set) var handle: UnsafeMutableRawPointer?
 
     /// Opens a socket of `kind` in `context`.
     public init(_ context: Context, _ kind: Kind) throws {

@@ -3,6 +3,7 @@ import Foundation
 import RollCallClient
 import RollCallCore
 import RollCallWire
+import Synchronization
 
 /// Parses user ids from the command line, with the protocol's rules.
 func userIDs(_ texts: [String]) throws -> [UserID] {
@@ -20,7 +21,7 @@ struct Watch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print every update of USERs (or of everyone with --all) as one JSON line, until interrupted.")
 
-    @OptionGroup var endpoints: Endpoints
+    @OptionGroup var endpoints: ClientEndpoints
     @OptionGroup var keys: ClientKeys
     @Flag(help: "Follow every user (no current state is printed for them first).") var all = false
     @Option(help: "Follow over the broker's WebSocket endpoint instead, without libzmq: ws://HOST:PORT/v1/ws.")
@@ -76,7 +77,7 @@ struct Online: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Hold a session open for USER, heartbeating, until interrupted; then say bye.")
 
-    @OptionGroup var endpoints: Endpoints
+    @OptionGroup var endpoints: ClientEndpoints
     @OptionGroup var keys: ClientKeys
     @Option(help: "online, away, busy or offline.") var status: Status = .online
     @Option(help: "A custom status line, up to 256 characters.") var text: String?
@@ -101,13 +102,24 @@ struct Online: AsyncParsableCommand {
             try await onlineOverWebSocket(ws, token: token, hello: hello)
             return
         }
-        let endpoint = try endpoints.command()
+        let endpoints = try endpoints.commands()
         do {
             try await runUntilSignalled { stop in
+                // The state callback names the endpoint after a fail-over; it runs on the session's thread, once
+                // the session exists.
+                let current = Mutex<PresenceSession?>(nil)
                 let session = try PresenceSession(
-                    endpoint: endpoint, hello: hello, credentials: try keys.credentials(), onState: noteState)
+                    endpoints: endpoints, hello: hello, credentials: try keys.credentials(),
+                    onState: { state in
+                        noteState(state)
+                        guard case .live = state, endpoints.count > 1, let session = current.withLock({ $0 })
+                        else { return }
+                        emit("\(user) is on \(session.endpoint) (session \(session.session))")
+                    })
+                current.withLock { $0 = session }
                 emit(
-                    "\(user) is \(hello.status) (session \(session.granted.session), heartbeat "
+                    "\(user) is \(hello.status)\(endpoints.count > 1 ? " on \(session.endpoint)" : "") "
+                        + "(session \(session.granted.session), heartbeat "
                         + "\(session.granted.heartbeatMilliseconds) ms, ttl \(session.granted.ttlMilliseconds) ms)")
                 while !stop.isSet { Thread.sleep(forTimeInterval: 0.1) }
                 session.close()
@@ -130,14 +142,14 @@ struct Online: AsyncParsableCommand {
 struct Query: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Print the current record of each USER as a JSON line.")
 
-    @OptionGroup var endpoints: Endpoints
+    @OptionGroup var endpoints: ClientEndpoints
     @OptionGroup var keys: ClientKeys
     @Argument(help: "The users to read (at most 1000).") var users: [String]
 
     func run() async throws {
         let users = try userIDs(self.users)
         do {
-            let records = try CommandClient(endpoint: try endpoints.command(), credentials: try keys.credentials())
+            let records = try CommandClient(endpoints: try endpoints.commands(), credentials: try keys.credentials())
                 .query(users)
             for user in users {
                 guard let record = records[user] else { continue }
@@ -153,13 +165,13 @@ struct Ping: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Ask the broker who it is; exit non-zero if it does not answer.")
 
-    @OptionGroup var endpoints: Endpoints
+    @OptionGroup var endpoints: ClientEndpoints
     @OptionGroup var keys: ClientKeys
 
     func run() async throws {
         do {
             let info = try CommandClient(
-                endpoint: try endpoints.command(), timeoutMilliseconds: 2_000, credentials: try keys.credentials()
+                endpoints: try endpoints.commands(), timeoutMilliseconds: 2_000, credentials: try keys.credentials()
             ).ping()
             emit(String(decoding: Codec.encodeBrokerInfo(info), as: UTF8.self))
         } catch {
@@ -173,13 +185,13 @@ struct Advance: AsyncParsableCommand {
         abstract: "Move a test-mode broker's clock forward by MS milliseconds; print the new broker time.",
         discussion: "Only a broker started with `rollcall serve --test-mode` accepts it (others answer unknown_op).")
 
-    @OptionGroup var endpoints: Endpoints
+    @OptionGroup var endpoints: ClientEndpoints
     @OptionGroup var keys: ClientKeys
     @Argument(help: "Milliseconds, 0 to 31536000000.") var ms: Int64
 
     func run() async throws {
         do {
-            let fields = try CommandClient(endpoint: try endpoints.command(), credentials: try keys.credentials())
+            let fields = try CommandClient(endpoints: try endpoints.commands(), credentials: try keys.credentials())
                 .call(.advance(milliseconds: ms))
             emit(fields["time"]?.integer.map(String.init) ?? "")
         } catch {

@@ -9,7 +9,7 @@ struct GroupCommand: AsyncParsableCommand {
         commandName: "group",
         abstract: "Define, edit, read or delete a group, and with --watch follow it: 'team-7: 3 of 5 online (+carol)'.")
 
-    @OptionGroup var endpoints: Endpoints
+    @OptionGroup var endpoints: ClientEndpoints
     @OptionGroup var keys: ClientKeys
     @Option(help: "Replace the members, comma-separated.") var members: String?
     @Option(help: "Add members, comma-separated.") var add: String?
@@ -32,9 +32,9 @@ struct GroupCommand: AsyncParsableCommand {
             try text.map { try userIDs($0.split(separator: ",").map(String.init)) }
         }
         let edit = GroupEdit(members: try list(members), add: try list(add) ?? [], remove: try list(remove) ?? [])
-        let (command, update, watch, delete) = (try endpoints.command(), try endpoints.update(), watch, delete)
+        let (commands, update, watch, delete) = (try endpoints.commands(), try endpoints.update(), watch, delete)
         do {
-            let client = try CommandClient(endpoint: command, credentials: try keys.credentials())
+            let client = try CommandClient(endpoints: commands, credentials: try keys.credentials())
             if delete {
                 emit(try client.ungroup(group) ? "\(group): deleted" : "\(group): no such group")
                 return

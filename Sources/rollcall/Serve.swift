@@ -177,6 +177,21 @@ struct Serve: AsyncParsableCommand {
     )
     var testMode = false
 
+    @Option(
+        help:
+            "Run as a node of a cluster on etcd: its members' client URLs, etcd://HOST:PORT[,HOST:PORT...] (docs/cluster.md). Env: ROLLCALL_CLUSTER. Default: off (one broker, SQLite)."
+    )
+    var cluster: String?
+
+    @Option(help: "This node's name in the cluster (with --cluster). Env: ROLLCALL_NODE_ID. Default: the host name.")
+    var nodeId: String?
+
+    @Option(
+        help:
+            "The node's lease in etcd, ms: a lost node's sessions end everywhere within it (plus 1 s). Env: ROLLCALL_NODE_LEASE_MS. Default: 5000."
+    )
+    var nodeLeaseMs: Int64?
+
     @Flag(help: "Once ready, print one JSON line with the bound endpoints and the epoch on stdout.")
     var printEndpoints = false
 
@@ -213,7 +228,10 @@ struct Serve: AsyncParsableCommand {
         c.connectionHeartbeatTTLMilliseconds = try setting(
             connectionHeartbeatTtlMs, "ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS", default: 60_000)
         let environment = ProcessInfo.processInfo.environment
-        if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" || (testMode && dataDir == nil) {
+        let clusterURLs = cluster ?? environment["ROLLCALL_CLUSTER"]
+        // A node of a cluster keeps its state in etcd: no data directory unless one is named (which is refused).
+        if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" || ((testMode || clusterURLs != nil) && dataDir == nil)
+        {
             guard dataDir == nil else { throw ValidationError("--ephemeral and --data-dir exclude each other") }
             c.storage = .none
         } else {
@@ -229,6 +247,13 @@ struct Serve: AsyncParsableCommand {
         try webSocket.apply(to: &c)
         c.insecure = insecure || environment["ROLLCALL_INSECURE"] == "1"
         c.curve = try curveSettings(environment)
+        if let clusterURLs {
+            c.cluster = try ClusterSettings(
+                cluster: clusterURLs, nodeID: try setting(nodeId, "ROLLCALL_NODE_ID", default: c.brokerID),
+                leaseMilliseconds: try setting(nodeLeaseMs, "ROLLCALL_NODE_LEASE_MS", default: 5_000))
+        } else if nodeId != nil || nodeLeaseMs != nil {
+            throw ConfigurationError("--node-id", "and --node-lease-ms need --cluster")
+        }
         // The ranges and the checks across settings belong to the broker library, which any embedder gets too.
         try c.validate()
         return c

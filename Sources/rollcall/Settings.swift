@@ -28,6 +28,42 @@ struct Endpoints: ParsableArguments {
     }
 }
 
+/// The endpoints of the client subcommands: one update endpoint, and one or more command endpoints (the nodes of a
+/// cluster), repeated or comma-separated. `online` fails over between them; the other subcommands use the first
+/// that answers.
+struct ClientEndpoints: ParsableArguments {
+    @Option(
+        help:
+            "The broker's command endpoint (ROUTER); repeat it or give a comma list for several nodes: online fails over between them, other commands use the first that answers. Env: ROLLCALL_COMMAND_ENDPOINT (a comma list). Default: tcp://127.0.0.1:7730."
+    )
+    var commandEndpoint: [String] = []
+
+    @Option(help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: tcp://127.0.0.1:7731.")
+    var updateEndpoint: String?
+
+    /// The command endpoints, in the order given: from the flags, else from `ROLLCALL_COMMAND_ENDPOINT`, else the
+    /// default.
+    func commands() throws -> [String] {
+        let texts =
+            !commandEndpoint.isEmpty
+            ? commandEndpoint
+            : [ProcessInfo.processInfo.environment["ROLLCALL_COMMAND_ENDPOINT"] ?? "tcp://127.0.0.1:7730"]
+        let endpoints = texts.flatMap { $0.split(separator: ",", omittingEmptySubsequences: false) }
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+        guard !endpoints.contains(where: \.isEmpty) else {
+            throw ValidationError("an empty command endpoint in '\(texts.joined(separator: ","))'")
+        }
+        return endpoints
+    }
+
+    /// The first command endpoint, for what talks to one node (`watch`).
+    func command() throws -> String { try commands()[0] }
+
+    func update() throws -> String {
+        try setting(updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: "tcp://127.0.0.1:7731")
+    }
+}
+
 /// Prints one line to standard output at once, so that a pipe reader sees it without delay.
 func emit(_ line: String) {
     print(line)

@@ -9,10 +9,11 @@ struct Driver {
     var now: Int64 = 0
     let hello = PresenceCore.Hello(user: UserID(validating: "alice")!, status: .busy, text: "first")
 
-    init(idleHeartbeats: Bool = true) {
+    init(idleHeartbeats: Bool = true, endpoints: EndpointRotation = EndpointRotation(count: 1)) {
         let granted = PresenceCore.Granted(
             session: SessionID("s1"), heartbeatMilliseconds: 1_000, ttlMilliseconds: 3_000)
-        machine = SessionMachine(hello: hello, granted: granted, now: 0, seed: 42, idleHeartbeats: idleHeartbeats)
+        machine = SessionMachine(
+            hello: hello, granted: granted, now: 0, seed: 42, idleHeartbeats: idleHeartbeats, endpoints: endpoints)
     }
 
     /// Moves the clock and asks what to do.

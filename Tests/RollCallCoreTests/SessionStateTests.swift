@@ -24,6 +24,8 @@ struct SessionStateTests {
                 connection: ConnectionID(9))
             session.detach(now: start, grace: 500)
             return session
+        case .remote:
+            return .remote(.init(user: "u".id, status: .online), statusOrder: 1, now: start)
         }
     }
 
@@ -78,6 +80,8 @@ struct SessionStateTests {
         #expect(Self.session(.placeholder).isPlaceholder)
         #expect(Self.session(.placeholder).expiryReason == .restart)
         #expect(Self.session(.detached).expiryReason == .closed)
+        #expect(Self.session(.remote).connection == nil)
+        #expect(Self.session(.remote).isRemote && !Self.session(.remote).isNameable)
         #expect(Self.session(.attached(nil)).expiryReason == .timeout)
     }
 }

@@ -121,4 +121,45 @@ struct SocketTests {
         #expect(disconnected.kind == .disconnected)
         #expect(disconnected.value == accepted.value)  // the same file descriptor
     }
+
+    /// A monitor stopped before its reader is closed leaves the context usable when the watched connection ends
+    /// afterwards: libzmq sends monitor events from its I/O thread with a blocking send, so an event for a reader that
+    /// is gone would stop every connection of the context for good.
+    @Test func stoppedMonitorLeavesTheContextUsable() throws {
+        let peers = try Context()
+        let peer = try Socket(peers, .router)
+        try peer.set(.linger(milliseconds: 0))
+        try peer.bind("tcp://127.0.0.1:*")
+        let context = try Context()
+        let dealer = try Socket(context, .dealer)
+        try dealer.set(.linger(milliseconds: 0))
+        try dealer.set(.immediate(true))  // so that a send says when the connection is gone
+        let monitor = try dealer.monitor([.disconnected], name: "stopped-monitor", context: context)
+        try dealer.connect(try peer.lastEndpoint())
+        #expect(try dealer.send(Array("up".utf8), wait: true))
+        var peerPoller = Poller([peer])
+        #expect(try peerPoller.poll(timeout: 3_000) == [true])
+
+        try dealer.stopMonitor()
+        monitor.close()
+        peer.close()  // the dealer's connection ends now, with no reader for its event
+        // Wait until libzmq has handled the end: the dealer has no connection left to send on.
+        let deadline = ContinuousClock.now + .seconds(3)
+        while try dealer.send(Array("gone?".utf8)), ContinuousClock.now < deadline { usleep(1_000) }
+
+        let other = try Socket(peers, .router)
+        try other.set(.linger(milliseconds: 0))
+        try other.bind("tcp://127.0.0.1:*")
+        let fresh = try Socket(context, .dealer)
+        try fresh.set(.linger(milliseconds: 0))
+        try fresh.connect(try other.lastEndpoint())
+        #expect(try fresh.send(Array("still".utf8), wait: true))
+        var otherPoller = Poller([other])
+        let start = ContinuousClock.now
+        #expect(try otherPoller.poll(timeout: 3_000) == [true], "the context's I/O thread is blocked")
+        print(
+            "a fresh connection of the same context after the watched one ended: through in \(ContinuousClock.now - start)"
+        )
+        dealer.close()
+    }
 }

@@ -1,0 +1,168 @@
+import RollCallCluster
+import RollCallCore
+import RollCallWire
+import Synchronization
+
+/// The loop's side of a cluster node (docs/cluster.md). The node (its own threads) keeps the lease, writes to etcd
+/// and watches it; what it reports waits in ``inbox`` until the loop's next round, and the loop applies it to
+/// ``view``: the records this node publishes and answers, built from etcd's history alone, its own sessions
+/// included as they come back, so that every node makes the same records with the same `seq`.
+///
+/// The loop's own core keeps doing what it does on a single broker for this node's clients (checking requests,
+/// sessions' liveness, replies) but publishes nothing: what its sessions do is written to etcd instead
+/// (EventLoop+Cluster.swift).
+final class ClusterLink {
+    let settings: ClusterSettings
+    let node: ClusterNode
+    let inbox: ClusterInbox
+    /// The cluster's records and groups, changed only by etcd's history (PresenceCore+Remote.swift).
+    var view: PresenceCore
+    /// The node's state as last reported.
+    var state: NodeMembership.State = .joining(attempt: 0)
+    /// This node's live sessions by the number that names them in etcd: the session id is a secret, and everyone
+    /// who can read etcd can read the keys.
+    var numbers: [SessionID: UInt64] = [:]
+    var lastNumber: UInt64 = 0
+    /// The last value of each user's key: why and when their latest session ended, as its node wrote it.
+    var endings: [String: ClusterValues.Ending] = [:]
+
+    init(
+        settings: ClusterSettings, presence: PresenceCore.Configuration, description: String,
+        wake: @escaping @Sendable () -> Void
+    ) {
+        self.settings = settings
+        let inbox = ClusterInbox()
+        self.inbox = inbox
+        var configuration = ClusterNode.Configuration(
+            endpoints: settings.endpoints, nodeID: settings.nodeID, leaseMs: settings.leaseMilliseconds,
+            keys: ClusterKeys(prefix: settings.prefix),
+            requestTimeout: .milliseconds(settings.requestTimeoutMilliseconds))
+        configuration.description = description
+        node = ClusterNode(configuration: configuration) { notification in
+            inbox.append(notification)
+            wake()
+        }
+        var view = PresenceCore(configuration: presence)
+        view.tracksChanges = false
+        self.view = view
+    }
+
+    /// Where the node stands, as `ping` and the broker heartbeat say it.
+    var standing: ClusterStanding {
+        ClusterStanding(node: settings.nodeID, state: .init(state, acceptsSessions: node.acceptsSessions))
+    }
+
+    /// The `seq` of a change at `revision`: the same on every node (``ClusterReplica/seq(at:)``).
+    func seq(at revision: Int64) -> UInt64 { (node.seqBase ?? 0) + UInt64(max(0, revision)) }
+
+    /// The number that names a new session of this node in etcd.
+    func number(for session: SessionID) -> UInt64 {
+        lastNumber += 1
+        numbers[session] = lastNumber
+        return lastNumber
+    }
+}
+
+/// What the node's threads hand the loop; the loop takes it all each round.
+final class ClusterInbox: Sendable {
+    private let waiting = Mutex<[ClusterNode.Notification]>([])
+
+    func append(_ notification: ClusterNode.Notification) { waiting.withLock { $0.append(notification) } }
+
+    func take() -> [ClusterNode.Notification] { waiting.withLock { $0.isEmpty ? [] : $0.take() } }
+}
+
+extension Array {
+    /// Takes the elements, leaving the array empty.
+    fileprivate mutating func take() -> [Element] {
+        defer { self = [] }
+        return self
+    }
+}
+
+/// The values the broker keeps in etcd (docs/cluster.md, "Keys"), as compact JSON.
+enum ClusterValues {
+    /// Why and when a user's latest session ended, as the node that held it wrote it in the user's key.
+    struct Ending: Equatable {
+        var reason: OfflineReason
+        var time: BrokerTime
+    }
+
+    /// `{"user":…,"status":…,"text":…,"device":…,"at":…}`: a session, as its node last wrote it.
+    static func encode(_ session: PresenceCore.SessionDescription, at time: BrokerTime) -> String {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.key("user")
+        writer.string(session.user.rawValue)
+        writer.key("status")
+        writer.string(session.status.rawValue)
+        if let text = session.text {
+            writer.key("text")
+            writer.string(text)
+        }
+        if let device = session.device {
+            writer.key("device")
+            writer.string(device)
+        }
+        writer.key("at")
+        writer.integer(time.milliseconds)
+        writer.endObject()
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
+    static func decodeSession(_ value: String) -> (PresenceCore.SessionDescription, BrokerTime)? {
+        guard case .object(let fields)? = try? JSONParser.parse(value),
+            let user = fields["user"]?.string.flatMap(UserID.init(validating:)),
+            let status = fields["status"]?.string.flatMap(Status.init(rawValue:)), let at = fields["at"]?.integer
+        else { return nil }
+        let session = PresenceCore.SessionDescription(
+            user: user, device: fields["device"]?.string, status: status, text: fields["text"]?.string)
+        return (session, BrokerTime(milliseconds: at))
+    }
+
+    /// What a node says of itself in its incarnation key, for operators reading etcd.
+    static func describe(command: String, update: String, broker: String, epoch: String) -> String {
+        var writer = JSONWriter()
+        writer.beginObject()
+        for (key, value) in [("command", command), ("update", update), ("broker", broker), ("epoch", epoch)] {
+            writer.key(key)
+            writer.string(value)
+        }
+        writer.key("version")
+        writer.string(rollCallVersion)
+        writer.endObject()
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
+    /// `{"reason":…,"at":…}`: a user's key, written with the end of their session.
+    static func encode(_ ending: Ending) -> String {
+        "{\"reason\":\"\(ending.reason.rawValue)\",\"at\":\(ending.time.milliseconds)}"
+    }
+
+    static func decodeEnding(_ value: String) -> Ending? {
+        guard case .object(let fields)? = try? JSONParser.parse(value),
+            let reason = fields["reason"]?.string.flatMap(OfflineReason.init(rawValue:)),
+            let at = fields["at"]?.integer
+        else { return nil }
+        return Ending(reason: reason, time: BrokerTime(milliseconds: at))
+    }
+
+    /// `{"members":[…]}`: a group's definition.
+    static func encode(members: [UserID]) -> String {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.key("members")
+        writer.beginArray()
+        for member in members { writer.string(member.rawValue) }
+        writer.endArray()
+        writer.endObject()
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
+    static func decodeMembers(_ value: String) -> [UserID]? {
+        guard case .object(let fields)? = try? JSONParser.parse(value), case .array(let items)? = fields["members"]
+        else { return nil }
+        let members = items.compactMap { $0.string.flatMap(UserID.init(validating:)) }
+        return members.count == items.count ? members : nil
+    }
+}

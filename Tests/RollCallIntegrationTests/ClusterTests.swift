@@ -1,0 +1,298 @@
+import Foundation
+import RollCallClient
+import RollCallCore
+import RollCallTestSupport
+import RollCallWire
+import Testing
+
+/// Three `rollcall serve` processes as nodes of one cluster, on a real three-member etcd on loopback.
+final class ClusterFixture {
+    let etcd: EtcdCluster
+    let leaseMs: Int64
+    private(set) var nodes: [BrokerProcess]
+
+    /// Starts etcd and one node per name; `members(i)` names the etcd members node `i` may talk to (all by
+    /// default). Returns once every node is live.
+    init(
+        nodes names: [String] = ["a", "b", "c"], leaseMs: Int64 = 2_000, members: (Int) -> [Int]? = { _ in nil }
+    ) throws {
+        etcd = try EtcdCluster(members: 3)
+        self.leaseMs = leaseMs
+        nodes = []
+        do {
+            for (index, name) in names.enumerated() {
+                let chosen = members(index) ?? Array(etcd.members.indices)
+                let url = "etcd://" + chosen.map { etcd.members[$0].endpoint }.joined(separator: ",")
+                nodes.append(
+                    try BrokerProcess(
+                        executable: ChildProcess.rollcall,
+                        arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"]))
+            }
+            for index in nodes.indices { try waitForState(index, .live) }
+        } catch {
+            shutdown()
+            throw error
+        }
+    }
+
+    deinit { shutdown() }
+
+    func shutdown() {
+        for node in nodes where node.isRunning { node.stop() }
+        etcd.shutdown()
+    }
+
+    func client(_ index: Int, timeoutMilliseconds: Int = 3_000) throws -> CommandClient {
+        try CommandClient(endpoint: nodes[index].command, timeoutMilliseconds: timeoutMilliseconds)
+    }
+
+    /// A subscriber of `user` on node `index`, once its subscription is known to be in place (its last value came).
+    func subscriber(_ index: Int, _ user: UserID) throws -> RecordLog {
+        let subscriber = try PresenceSubscriber(endpoint: nodes[index].update)
+        try subscriber.subscribe(user)
+        let log = RecordLog(subscriber)
+        _ = try log.wait(for: "the last value of \(user) on node \(index)", timeout: 5_000) { $0.user == user }
+        return log
+    }
+
+    /// Waits until node `index` says, in `ping`, that it stands in `state`.
+    func waitForState(_ index: Int, _ state: ClusterStanding.State, timeout: Duration = .seconds(15)) throws {
+        let client = try client(index, timeoutMilliseconds: 500)
+        let deadline = ContinuousClock.now + timeout
+        var last: ClusterStanding?
+        while ContinuousClock.now < deadline {
+            last = (try? client.ping())?.cluster
+            if last?.state == state { return }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        throw TestFailure("node \(index) not \(state) within \(timeout); last: \(String(describing: last))")
+    }
+}
+
+/// Every record a subscriber got, in order, with when it came.
+final class RecordLog {
+    let subscriber: PresenceSubscriber
+    private(set) var records: [(at: ContinuousClock.Instant, record: PresenceRecord)] = []
+
+    init(_ subscriber: PresenceSubscriber) { self.subscriber = subscriber }
+
+    /// Reads what has arrived, waiting at most `milliseconds` for the first.
+    func drain(milliseconds: Int = 0) throws {
+        var wait = milliseconds
+        while let record = try subscriber.next(timeout: wait) {
+            records.append((ContinuousClock.now, record))
+            wait = 0
+        }
+    }
+
+    /// Waits until a record matching `predicate` has come (counting those already read); returns it and when.
+    @discardableResult
+    func wait(
+        for what: String, timeout: Int = 10_000, _ predicate: (PresenceRecord) -> Bool
+    ) throws -> (at: ContinuousClock.Instant, record: PresenceRecord) {
+        let deadline = ContinuousClock.now + .milliseconds(timeout)
+        while true {
+            if let found = records.first(where: { predicate($0.record) }) { return found }
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else {
+                throw TestFailure("no \(what) within \(timeout) ms; got \(records.map(\.record))")
+            }
+            if let record = try subscriber.next(timeout: max(1, Int(left.components.seconds * 1_000))) {
+                records.append((ContinuousClock.now, record))
+            }
+        }
+    }
+}
+
+extension Integration {
+    /// Issue #12: nodes of one cluster behave as one broker.
+    @Suite("Cluster of rollcall serve nodes", .serialized)
+    struct ClusterTests {
+        let alice = UserID(validating: "alice")!
+        let bob = UserID(validating: "bob")!
+        let carol = UserID(validating: "carol")!
+
+        /// The error code a call was refused with; `nil` if it succeeded or failed otherwise.
+        func rejection<T>(_ call: () throws -> T) -> ErrorCode? {
+            do {
+                _ = try call()
+                return nil
+            } catch ClientError.rejected(let error) {
+                return error.code
+            } catch {
+                return nil
+            }
+        }
+
+        func hello(_ user: UserID, _ status: Status = .online) -> PresenceCore.Hello {
+            // A long TTL: these clients do not heartbeat.
+            PresenceCore.Hello(user: user, status: status, ttlMilliseconds: 600_000)
+        }
+
+        /// A change made on one node reaches subscribers on every node as the same record with the same seq; a
+        /// user's sessions on two nodes are merged into one record everywhere; `query` answers alike on every node;
+        /// a group defined on one node has the same members and counts on the others.
+        @Test func everyNodePublishesTheSameRecords() async throws {
+            let cluster = try ClusterFixture()
+            let logs = try (0..<3).map { try cluster.subscriber($0, alice) }
+            let a = try cluster.client(0)
+            let b = try cluster.client(1)
+
+            let onA = try a.hello(hello(alice)).session
+            let first = try logs.map { try $0.wait(for: "alice online") { $0.status == .online }.record }
+            #expect(first[0] == first[1] && first[1] == first[2])
+            #expect(first[0].sessions == 1)
+
+            let onB = try b.hello(hello(alice, .busy)).session
+            let merged = try logs.map { try $0.wait(for: "alice's two sessions") { $0.sessions == 2 }.record }
+            #expect(merged[0] == merged[1] && merged[1] == merged[2])
+            #expect(merged[0].status == .online && merged[0].seq > first[0].seq)
+
+            try a.bye(onA)
+            let busy = try logs.map {
+                try $0.wait(for: "alice busy on b alone") { $0.status == .busy && $0.sessions == 1 }.record
+            }
+            #expect(busy[0] == busy[1] && busy[1] == busy[2])
+            print("cluster: records on three nodes identical; seqs \(first[0].seq), \(merged[0].seq), \(busy[0].seq)")
+
+            // query reads the same state everywhere (last_seen of an available user is each node's now).
+            for index in 0..<3 {
+                let record = try cluster.client(index).query([alice])[alice]
+                #expect(record?.status == .busy && record?.seq == busy[0].seq && record?.sessions == 1)
+            }
+
+            // A group defined on node a, its counts read on b and c as members change.
+            let team = GroupID(validating: "team")!
+            _ = try a.group(team, GroupEdit(members: [alice, bob, carol]))
+            let c = try cluster.client(2)  // kept: its connection carries bob's session
+            _ = try c.hello(hello(bob))
+            for index in 1..<3 {
+                let client = try cluster.client(index)
+                let deadline = ContinuousClock.now + .seconds(10)
+                var snapshot = try client.group(team)
+                while snapshot.counts.available != 2, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                    snapshot = try client.group(team)
+                }
+                #expect(snapshot.counts == StatusCounts(online: 1, busy: 1, offline: 1))
+                #expect(snapshot.members.map(\.user) == [alice, bob, carol])
+            }
+            try b.bye(onB)
+
+            // Changes of one session that reach the node in one burst (one loop round) arrive one by one, in order.
+            let pipeline = try RequestPipeline(endpoint: cluster.nodes[0].command)
+            let dave = UserID(validating: "dave")!
+            let daves = try cluster.subscriber(2, dave)
+            let granted = try pipeline.call(.hello(hello(dave)))
+            guard let session = granted["session"]?.string else { throw TestFailure("no session: \(granted)") }
+            let texts = (0..<50).map { "t\($0)" }
+            for text in texts {
+                try pipeline.send(
+                    Codec.encodeRequest(.status(session: SessionID(session), status: .online, text: text)))
+            }
+            try pipeline.drain()
+            try daves.wait(for: "dave's last text") { $0.text == texts.last }
+            #expect(daves.records.compactMap(\.record.text) == texts)
+        }
+
+        /// kill -9 of a node: its users go offline on every other node, reason node_lost, within the lease and
+        /// 1 s.
+        @Test func aKilledNodesUsersGoOfflineEverywhere() throws {
+            let cluster = try ClusterFixture()
+            let logs = try [1, 2].map { try cluster.subscriber($0, alice) }
+            let a = try cluster.client(0)
+            _ = try a.hello(hello(alice))
+            for log in logs { try log.wait(for: "alice online") { $0.status == .online } }
+            let killed = ContinuousClock.now
+            cluster.nodes[0].kill()
+            for (index, log) in logs.enumerated() {
+                let offline = try log.wait(for: "alice offline", timeout: 10_000) {
+                    $0.status == .offline && $0.seq > 0
+                }
+                let took = offline.at - killed
+                print("cluster: node killed; alice offline on node \(index + 1) after \(took) (lease 2 s)")
+                #expect(offline.record.reason == .nodeLost)
+                #expect(took < .milliseconds(cluster.leaseMs + 1_000))
+            }
+        }
+
+        /// A client library session knows two nodes; its node is killed and it says hello on the other before the
+        /// dead node's lease runs out: nobody sees its user offline.
+        @Test func failingOverInTimeShowsNoOneOffline() throws {
+            let cluster = try ClusterFixture()
+            let logs = try [1, 2].map { try cluster.subscriber($0, alice) }
+            let session = try PresenceSession(
+                endpoints: [cluster.nodes[0].command, cluster.nodes[1].command], hello: hello(alice),
+                timeoutMilliseconds: 1_000)
+            defer { session.close() }
+            for log in logs { try log.wait(for: "alice online") { $0.status == .online } }
+            let killed = ContinuousClock.now
+            cluster.nodes[0].kill()
+            while session.endpoint != cluster.nodes[1].command, ContinuousClock.now - killed < .seconds(5) {
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+            print("cluster: the session moved to node b \(ContinuousClock.now - killed) after the kill")
+            #expect(session.endpoint == cluster.nodes[1].command)
+            // The dead node's session ends (node_lost) within the lease; alice keeps her session on b.
+            for log in logs {
+                let both = try log.wait(for: "alice on a and b", timeout: 5_000) { $0.sessions == 2 }.record
+                try log.wait(for: "alice with one session after the lease", timeout: 10_000) {
+                    $0.status == .online && $0.sessions == 1 && $0.seq > both.seq
+                }
+                try log.drain(milliseconds: 500)
+                let statuses = log.records.dropFirst().map(\.record.status)
+                print(
+                    "cluster: fail-over; records seen: \(log.records.dropFirst().map { "\($0.record.status)/\($0.record.sessions)" })"
+                )
+                #expect(!statuses.contains(.offline))
+            }
+        }
+
+        /// etcd's leader is killed: presence keeps flowing after the election and nobody is shown offline.
+        @Test func etcdLeaderLossCostsNoOnesPresence() throws {
+            let cluster = try ClusterFixture()
+            let log = try cluster.subscriber(2, alice)
+            let a = try cluster.client(0)
+            let session = try a.hello(hello(alice)).session
+            try log.wait(for: "alice online") { $0.status == .online }
+            guard let leader = cluster.etcd.leader() else { throw TestFailure("etcd has no leader") }
+            let killed = ContinuousClock.now
+            cluster.etcd.kill(leader)
+            // Writes queue while there is no leader; the change arrives once there is one.
+            try a.setStatus(session, .away)
+            let away = try log.wait(for: "alice away", timeout: 10_000) { $0.status == .away }
+            print("cluster: etcd leader killed; a change crossed nodes \(away.at - killed) later")
+            try log.drain(milliseconds: Int(cluster.leaseMs) + 1_000)
+            #expect(!log.records.dropFirst().contains { $0.record.status == .offline })
+        }
+
+        /// A node cut off from etcd (its only etcd member SIGSTOPped) says so, refuses new sessions and reads with
+        /// cluster_unavailable, and serves again once etcd answers, without a restart; nobody ends meanwhile.
+        @Test func aCutOffNodeSaysSoAndComesBack() throws {
+            // Node c talks to member 2 only; a and b to the other two.
+            let cluster = try ClusterFixture(leaseMs: 6_000) { $0 == 2 ? [2] : [0, 1] }
+            let log = try cluster.subscriber(0, carol)
+            let c = try cluster.client(2)
+            _ = try c.hello(hello(carol))
+            try log.wait(for: "carol online") { $0.status == .online }
+
+            let paused = ContinuousClock.now
+            cluster.etcd.pause(2)
+            try cluster.waitForState(2, .cutOff, timeout: .seconds(10))
+            print("cluster: node c cut off \(ContinuousClock.now - paused) after its etcd member stopped (lease 6 s)")
+            #expect(rejection { try c.hello(hello(bob)) } == .clusterUnavailable)
+            #expect(rejection { try c.query([carol]) } == .clusterUnavailable)
+            // The other nodes still show carol: her node's lease has not run out.
+            #expect(try cluster.client(0).query([carol])[carol]?.status == .online)
+
+            cluster.etcd.resume(2)
+            try cluster.waitForState(2, .live, timeout: .seconds(15))
+            print("cluster: node c live again \(ContinuousClock.now - paused) after the pause began")
+            _ = try c.hello(hello(bob))
+            let back = try c.query([carol])[carol]
+            #expect(back?.status == .online, "carol on c after the cut-off: \(String(describing: back))")
+            try log.drain(milliseconds: 200)
+            #expect(!log.records.dropFirst().contains { $0.record.status == .offline })
+        }
+    }
+}
