@@ -127,22 +127,6 @@ public struct ClusterBenchmark {
         throw BenchError("a node did not become live within 20 s")
     }
 
-    /// Opens one session per user through `pipeline`; returns their tokens in order.
-    private func openSessions(_ pipeline: RequestPipeline, users: [String]) throws -> [String] {
-        pipeline.collected = []
-        for user in users {
-            try pipeline.send(Array(#"{"op":"hello","user":"\#(user)","ttl_ms":3600000}"#.utf8))
-        }
-        try pipeline.drain()
-        defer { pipeline.collected = nil }
-        return try pipeline.collected!.map { body in
-            guard let session = try Codec.decodeReply(body).result.get()["session"]?.string else {
-                throw BenchError("hello failed: \(String(decoding: body, as: UTF8.self))")
-            }
-            return session
-        }
-    }
-
     /// Waits until `subscriber` has `count` messages, or nothing more came for `quiet`; returns what it has.
     private func waitFor(_ subscriber: LatencySubscriber, count: Int, quiet: Duration = .seconds(5)) -> Int {
         var last = subscriber.messagesSoFar
@@ -163,7 +147,7 @@ public struct ClusterBenchmark {
     private func latency(command: String, update: String) throws -> LatencyHistogram {
         let user = "lat\(UInt32.random(in: 0...UInt32.max))"
         let pipeline = try RequestPipeline(endpoint: command)
-        let session = try openSessions(pipeline, users: [user])[0]
+        let session = try pipeline.openSessions(users: [user])[0]
         let subscriber = try LatencySubscriber(endpoint: update, topics: ["presence/\(user)/"])
         // The last value on subscribing says the subscription is in place.
         guard waitFor(subscriber, count: 1) >= 1 else { throw BenchError("the subscription did not take") }
@@ -186,7 +170,7 @@ public struct ClusterBenchmark {
     ) throws -> (perSecond: Double, received: Int, cpu: [Double]) {
         let users = (0..<parameters.users).map { "\(prefix)burst\($0)" }
         let pipeline = try RequestPipeline(endpoint: command)
-        let sessions = try openSessions(pipeline, users: users)
+        let sessions = try pipeline.openSessions(users: users)
         let subscriber = try LatencySubscriber(endpoint: update, topics: ["presence/\(prefix)burst"])
         // Every user's hello arrives first (the cluster publishes it once it came back from etcd).
         let opened = waitFor(subscriber, count: users.count)
@@ -211,7 +195,7 @@ public struct ClusterBenchmark {
         let subscriber = try LatencySubscriber(endpoint: nodes[0].update, topics: ["presence/doomed"])
         Thread.sleep(forTimeInterval: 0.3)  // no last value to wait for: these users are new
         let pipeline = try RequestPipeline(endpoint: nodes[2].command)
-        _ = try openSessions(pipeline, users: users)
+        _ = try pipeline.openSessions(users: users)
         let online = waitFor(subscriber, count: users.count)
         guard online >= users.count else { throw BenchError("only \(online) of \(users.count) sessions seen") }
         let killed = monotonicNanoseconds()

@@ -28,16 +28,7 @@ public struct PresenceBenchmarks {
 
     /// Opens `count` sessions (TTL one hour unless given) and returns their ids, pipelined over one connection.
     func openSessions(_ pipeline: RequestPipeline, users: [String], ttl: Int = 3_600_000) throws -> [String] {
-        pipeline.collected = []
-        for user in users { try pipeline.send(Array(#"{"op":"hello","user":"\#(user)","ttl_ms":\#(ttl)}"#.utf8)) }
-        try pipeline.drain()
-        defer { pipeline.collected = nil }
-        return try pipeline.collected!.map { body in
-            guard let session = try Codec.decodeReply(body).result.get()["session"]?.string else {
-                throw BenchError("hello failed: \(String(decoding: body, as: UTF8.self))")
-            }
-            return session
-        }
+        try pipeline.openSessions(users: users, ttl: ttl)
     }
 
     /// A status change that carries a time (by default now), so that a subscriber can time it.
@@ -402,5 +393,21 @@ final class LatencyExpiryWatcher: Sendable {
         stopping.store(true, ordering: .relaxed)
         done.wait()
         return offline.withLock { $0 }
+    }
+}
+
+extension RequestPipeline {
+    /// Opens one session per user (TTL one hour unless given), pipelined, and returns their ids in order.
+    func openSessions(users: [String], ttl: Int = 3_600_000) throws -> [String] {
+        collected = []
+        for user in users { try send(Array(#"{"op":"hello","user":"\#(user)","ttl_ms":\#(ttl)}"#.utf8)) }
+        try drain()
+        defer { collected = nil }
+        return try collected!.map { body in
+            guard let session = try Codec.decodeReply(body).result.get()["session"]?.string else {
+                throw BenchError("hello failed: \(String(decoding: body, as: UTF8.self))")
+            }
+            return session
+        }
     }
 }
