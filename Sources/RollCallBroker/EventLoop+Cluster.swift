@@ -133,14 +133,15 @@ extension EventLoop {
         }
     }
 
-    /// A group edit on a node of a cluster: applied to the view for the reply, and its whole definition written to
-    /// etcd, from where every other node applies it.
+    /// `group` on a node of a cluster: a read answers from the view; an edit is applied to the view for the reply,
+    /// and its whole definition written to etcd, from where every other node applies it.
     func editGroupInCluster(
         _ group: GroupID, _ edit: GroupEdit, after: UserID?, limit: Int, now: BrokerTime
     ) -> Result<GroupSnapshot, PresenceError> {
         guard let cluster else { return .failure(PresenceError(.badRequest, "not a cluster")) }
-        if edit.isReadOnly { return cluster.view.group(group, edit, after: after, limit: limit, now: now) }
+        // Reading too: a node cut off from the cluster cannot vouch for a group's counts.
         if let refusal = clusterRefusal { return .failure(refusal) }
+        if edit.isReadOnly { return cluster.view.group(group, edit, after: after, limit: limit, now: now) }
         let result = cluster.view.group(group, edit, after: after, limit: limit, now: now)
         if case .success = result, let members = cluster.view.members(of: group) {
             cluster.node.write(.putGroup(id: group.rawValue, definition: ClusterValues.encode(members: members)))

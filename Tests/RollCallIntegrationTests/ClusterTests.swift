@@ -282,6 +282,7 @@ extension Integration {
             print("cluster: node c cut off \(ContinuousClock.now - paused) after its etcd member stopped (lease 6 s)")
             #expect(rejection { try c.hello(hello(bob)) } == .clusterUnavailable)
             #expect(rejection { try c.query([carol]) } == .clusterUnavailable)
+            #expect(rejection { try c.group(GroupID(validating: "team")!) } == .clusterUnavailable)
             // The other nodes still show carol: her node's lease has not run out.
             #expect(try cluster.client(0).query([carol])[carol]?.status == .online)
 
