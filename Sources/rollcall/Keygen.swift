@@ -9,7 +9,7 @@ struct Keygen: AsyncParsableCommand {
 
     @Argument(help: "Where to write the secret certificate.") var path: String
 
-    func run() async throws {
+    func run() throws {
         guard Curve.isAvailable else { throw fail(KeygenError("this libzmq was built without CURVE")) }
         do {
             let pair = try Curve.keyPairForKeyFiles()
