@@ -32,6 +32,12 @@ struct WebSocketOptions: ParsableArguments {
 
     @Option(
         help:
+            "Time an accepted connection has to be upgraded to a WebSocket, ms; then it is closed. Env: ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS. Default: 10000."
+    )
+    var wsHandshakeTimeoutMs: Int64?
+
+    @Option(
+        help:
             "HMAC secret, PEM public key or JWKS file that signs WebSocket tokens. Env: ROLLCALL_JWT_KEY_FILE. Default: none (loopback only, no tokens)."
     )
     var jwtKeyFile: String?
@@ -63,6 +69,8 @@ struct WebSocketOptions: ParsableArguments {
         c.webSocket.maxSubscriptions = try setting(
             wsMaxSubscriptions, "ROLLCALL_WS_MAX_SUBSCRIPTIONS", default: 1_000)
         c.webSocket.sendQueueBytes = try setting(wsSendQueueBytes, "ROLLCALL_WS_SEND_QUEUE_BYTES", default: 1_048_576)
+        c.webSocket.handshakeMilliseconds = try setting(
+            wsHandshakeTimeoutMs, "ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS", default: 10_000)
         c.webSocket.jwtKeyFile = optional(jwtKeyFile, "ROLLCALL_JWT_KEY_FILE")
         c.webSocket.jwtIssuer = optional(jwtIssuer, "ROLLCALL_JWT_ISSUER")
         c.webSocket.jwtAudience = optional(jwtAudience, "ROLLCALL_JWT_AUDIENCE")
