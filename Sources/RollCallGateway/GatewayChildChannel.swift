@@ -14,29 +14,33 @@ struct GatewayChildChannel: ServerChildChannel {
         let channel: any Channel
     }
 
-    let gateway: BrokerGateway
-    let verifier: TokenVerifier?
-    let counter: ConnectionCounter
-    let open: OpenChannels
-    let logger: Logger
+    let shared: GatewayShared
+
+    private var gateway: BrokerGateway { shared.gateway }
+    private var verifier: TokenVerifier? { shared.verifier }
+    private var counter: ConnectionCounter { shared.counter }
+    private var logger: Logger { shared.logger }
+
+    /// Reads start with 512-byte buffers (SwiftNIO's default is 2,048), grown for larger requests: each connection
+    /// keeps its last read buffer for the next read, so this is most of what an idle connection holds.
+    static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveBuffers)
             let settings = gateway.configuration.webSocket
             let front = HTTPFront(timeout: .milliseconds(settings.handshakeMilliseconds))
             let bound = NIOLoopBound(front, eventLoop: channel.eventLoop)
             let upgrader = NIOWebSocketServerUpgrader(
                 maxFrameSize: gateway.configuration.maxMessageBytes,
-                automaticErrorHandling: true,
+                automaticErrorHandling: false,  // GatewayHandler answers the decoder's errors
                 shouldUpgrade: { channel, head in shouldUpgrade(channel, head, front: bound) },
                 upgradePipelineHandler: { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
                         let front = bound.value
                         channel.pipeline.syncOperations.removeHandler(front, promise: nil)
                         try channel.pipeline.syncOperations.addHandler(
-                            GatewayHandler(
-                                gateway: gateway, verifier: verifier, grant: front.grant, counter: counter,
-                                logger: self.logger))
+                            GatewayHandler(shared: shared, grant: front.grant))
                     }
                 })
             try channel.pipeline.syncOperations.configureHTTPServerPipeline(
@@ -44,7 +48,6 @@ struct GatewayChildChannel: ServerChildChannel {
                 withServerUpgrade: (upgraders: [upgrader], completionHandler: { _ in }),
                 withErrorHandling: true)
             try channel.pipeline.syncOperations.addHandler(front)
-            open.add(channel)
             return Value(channel: channel)
         }
     }
@@ -113,6 +116,11 @@ final class HTTPFront: ChannelInboundHandler, RemovableChannelHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         timer?.cancel()
         timer = nil
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent { return context.close(promise: nil) }  // stopping, not upgraded yet
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -19,11 +19,10 @@ final class GatewayHandler: ChannelDuplexHandler {
     /// How long a connection the server closes has to answer its close frame before its TCP connection is cut.
     static let cutAfter: TimeAmount = .seconds(2)
 
-    private let gateway: BrokerGateway
-    private let verifier: TokenVerifier?
+    /// What every connection of the server shares, held once (a handler is kept per idle connection: its size
+    /// counts).
+    private let shared: GatewayShared
     private let grant: Grant?
-    private let counter: ConnectionCounter
-    private let logger: Logger
 
     private var context: ChannelHandlerContext?
     private var outbox: GatewayOutbox?
@@ -43,21 +42,23 @@ final class GatewayHandler: ChannelDuplexHandler {
     private var held: [[UInt8]] = []
     /// A ping was sent and nothing has come from the peer since.
     private var awaitingPeer = false
-    private var pingTimer: Scheduled<Void>?
+    /// The connections of this server on this event loop (their pings, the server's stop); `nil` once ended.
+    private var table: LoopConnections?
     private var timer: Scheduled<Void>?
     /// When the token expires, in seconds since 1970 (moved by `auth`).
     private var expires: Int64
 
-    init(gateway: BrokerGateway, verifier: TokenVerifier?, grant: Grant?, counter: ConnectionCounter, logger: Logger) {
-        self.gateway = gateway
-        self.verifier = verifier
+    init(shared: GatewayShared, grant: Grant?) {
+        self.shared = shared
         self.grant = grant
-        self.counter = counter
-        self.logger = logger
         expires = grant?.expires ?? .max
     }
 
-    private var settings: WebSocketSettings { gateway.configuration.webSocket }
+    private var gateway: BrokerGateway { shared.gateway }
+    private var verifier: TokenVerifier? { shared.verifier }
+    private var counter: ConnectionCounter { shared.counter }
+    private var logger: Logger { shared.logger }
+    private var settings: WebSocketSettings { shared.gateway.configuration.webSocket }
 
     // MARK: Life
 
@@ -72,7 +73,9 @@ final class GatewayHandler: ChannelDuplexHandler {
         let outbox = GatewayOutbox(limitBytes: settings.sendQueueBytes, sink: sink)
         self.outbox = outbox
         gateway.open(access: grant.map { .role($0.role) } ?? .open, outbox: outbox)
-        schedulePing()
+        let table = shared.connections.table(on: context.eventLoop)
+        guard table.add(self) else { return outbox.close(code: 1001, reason: "the broker is stopping") }
+        self.table = table
         scheduleExpiry()
     }
 
@@ -87,7 +90,8 @@ final class GatewayHandler: ChannelDuplexHandler {
     private func end() {
         guard !ended else { return }
         ended = true
-        pingTimer?.cancel()
+        table?.remove(self)
+        table = nil
         timer?.cancel()
         if counted { counter.remove() }
         if let outbox {
@@ -101,9 +105,7 @@ final class GatewayHandler: ChannelDuplexHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is ChannelShouldQuiesceEvent {
-            // The server is stopping: a close frame after what is queued, and the cut if the peer does not answer.
-            guard let outbox else { return context.close(promise: nil) }
-            outbox.close(code: 1001, reason: "the broker is stopping")
+            serverStopping()
         } else if case .some(.inputClosed) = event as? ChannelEvent {
             context.close(promise: nil)  // the peer is gone; a WebSocket has no use for half a connection
         } else {
@@ -111,9 +113,22 @@ final class GatewayHandler: ChannelDuplexHandler {
         }
     }
 
+    /// A frame SwiftNIO's decoder refused (too large: 1009; malformed: 1002) is answered with a close frame, then
+    /// the connection is closed; any other error closes it at once.
+    /// The server is stopping: a close frame after what is queued, and the cut if the peer does not answer.
+    func serverStopping() {
+        guard let outbox else { return context?.close(promise: nil) ?? () }
+        outbox.close(code: 1001, reason: "the broker is stopping")
+    }
+
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         logger.debug("websocket error", metadata: ["error": "\(error)"])
-        context.close(promise: nil)
+        guard let error = error as? NIOWebSocketError, !closing else { return context.close(promise: nil) }
+        closing = true
+        var data = context.channel.allocator.buffer(capacity: 2)
+        data.writeInteger(error == .invalidFrameLength ? UInt16(1009) : 1002)
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)))
+            .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
     }
 
     // MARK: Reading
@@ -295,16 +310,10 @@ final class GatewayHandler: ChannelDuplexHandler {
 
     // MARK: Timers
 
-    /// Pings the peer every `--ws-ping-ms`; one that has sent nothing since the previous ping is cut (it vanished
-    /// without a FIN), so its sessions end within twice the interval.
-    private func schedulePing() {
-        guard let context else { return }
-        pingTimer = context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(settings.pingMilliseconds)) {
-            self.ping()
-        }
-    }
-
-    private func ping() {
+    /// Called every `--ws-ping-ms` by the loop's ``LoopConnections``: pings the peer, or cuts one that has sent
+    /// nothing since the previous ping (it vanished without a FIN), so that its sessions end within twice the
+    /// interval.
+    func ping() {
         guard let context, !closing else { return }
         if awaitingPeer {
             logger.debug("websocket cut: no answer to a ping")
@@ -313,7 +322,6 @@ final class GatewayHandler: ChannelDuplexHandler {
         awaitingPeer = true
         context.writeAndFlush(
             wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: ByteBuffer())), promise: nil)
-        schedulePing()
     }
 
     /// Closes the connection with 4001 when its token expires without a fresh one.
@@ -344,5 +352,25 @@ private final class ChannelSink: GatewayConnectionSink {
 
     func resumeReading() {
         handler.eventLoop.execute { [handler] in handler.value.resumeReading() }
+    }
+}
+
+/// What every connection of one server shares.
+final class GatewayShared: Sendable {
+    let gateway: BrokerGateway
+    let verifier: TokenVerifier?
+    let counter: ConnectionCounter
+    let connections: ConnectionTables
+    let logger: Logger
+
+    init(
+        gateway: BrokerGateway, verifier: TokenVerifier?, counter: ConnectionCounter, connections: ConnectionTables,
+        logger: Logger
+    ) {
+        self.gateway = gateway
+        self.verifier = verifier
+        self.counter = counter
+        self.connections = connections
+        self.logger = logger
     }
 }

@@ -23,7 +23,7 @@ public struct WebSocketServer: Service {
 
     private let server: any Service
     private let bound: BoundPort
-    private let open: OpenChannels
+    private let connections: ConnectionTables
 
     /// A server on `host:port` (port 0 for a free one, reported through `onBound`); `verifier` `nil` accepts
     /// every peer without a token, with every right (loopback only, unless `--insecure`).
@@ -34,11 +34,13 @@ public struct WebSocketServer: Service {
         logger: Logger, onBound: @escaping @Sendable (String, Int) -> Void = { _, _ in }
     ) throws {
         let bound = BoundPort()
-        let open = OpenChannels()
+        let connections = ConnectionTables(interval: .milliseconds(gateway.configuration.webSocket.pingMilliseconds))
         self.bound = bound
-        self.open = open
+        self.connections = connections
         let child = GatewayChildChannel(
-            gateway: gateway, verifier: verifier, counter: ConnectionCounter(), open: open, logger: logger)
+            shared: GatewayShared(
+                gateway: gateway, verifier: verifier, counter: ConnectionCounter(), connections: connections,
+                logger: logger))
         let configuration = ServerConfiguration(address: .hostname(host, port: port), serverName: "rollcall")
         let onServerRunning: @Sendable (any Channel) async -> Void = { channel in
             let port = channel.localAddress?.port ?? port
@@ -61,12 +63,12 @@ public struct WebSocketServer: Service {
     /// within ``GatewayHandler/cutAfter``.
     public func run() async throws {
         // A graceful shutdown reaches each connection as SwiftNIO's quiesce event (the server waits for them);
-        // cancelling the task closes what is left.
-        defer { open.closeAll() }
+        // cancelling the task closes what is left. A connection not yet upgraded goes at its handshake bound.
+        defer { connections.stopAll() }
         try await withTaskCancellationHandler {
             try await server.run()
         } onCancel: {
-            open.closeAll()
+            connections.stopAll()
         }
     }
 
@@ -90,38 +92,6 @@ final class ConnectionCounter: Sendable {
     /// Counts one more; the count after it.
     func add() -> Int { value.wrappingAdd(1, ordering: .relaxed).newValue }
     func remove() { value.wrappingSubtract(1, ordering: .relaxed) }
-}
-
-/// The server's accepted channels, so that stopping it closes them: after the upgrade no task holds a connection.
-final class OpenChannels: Sendable {
-    private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
-    private let stopped = Atomic<Bool>(false)
-
-    /// Keeps `channel` until it closes; closes it at once if the server has stopped.
-    func add(_ channel: any Channel) {
-        let key = ObjectIdentifier(channel)
-        let late = channels.withLock { channels in
-            if stopped.load(ordering: .relaxed) { return true }
-            channels[key] = channel
-            return false
-        }
-        if late {
-            channel.close(promise: nil)
-            return
-        }
-        channel.closeFuture.whenComplete { [self] _ in
-            _ = channels.withLock { $0.removeValue(forKey: key) }
-        }
-    }
-
-    /// Asks every connection to close (1001), cut after ``GatewayHandler/cutAfter`` if it does not answer.
-    func closeAll() {
-        let all = channels.withLock { channels in
-            stopped.store(true, ordering: .relaxed)
-            return Array(channels.values)
-        }
-        for channel in all { channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent()) }
-    }
 }
 
 /// Where the server listens, once it does.
