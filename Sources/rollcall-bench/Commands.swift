@@ -124,6 +124,7 @@ struct AllBench: AsyncParsableCommand {
             if wanted.contains("websocket") {
                 add(try bench.webSocketLatency(changes: smoke ? 50 : 2_000))
                 add(try bench.webSocketMemory(count: smoke ? 100 : 5_000))
+                add(try bench.zeroMQMemory(count: smoke ? 100 : 5_000))
                 add(try bench.webSocketFanout(subscribers: smoke ? 50 : 1_000, changes: smoke ? 5 : 50))
                 // 19,000 connections: the broker may hold 20,000 open files and needs some of its own.
                 add(
