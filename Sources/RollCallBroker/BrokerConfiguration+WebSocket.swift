@@ -9,6 +9,8 @@ extension BrokerConfiguration {
         try Self.check("--ws-send-queue-bytes", w.sendQueueBytes, in: WebSocketSettings.Range.sendQueueBytes)
         try Self.check(
             "--ws-handshake-timeout-ms", w.handshakeMilliseconds, in: WebSocketSettings.Range.handshakeMilliseconds)
+        try Self.check(
+            "--ws-max-pending-upgrades", w.maxPendingUpgrades, in: WebSocketSettings.Range.maxPendingUpgrades)
         let smallest = maxReplyBytes + Self.maxGroupMessageBytes
         guard w.sendQueueBytes >= smallest else {
             throw ConfigurationError(

@@ -27,9 +27,16 @@ struct GatewayChildChannel: ServerChildChannel {
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
-            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveBuffers)
             let settings = gateway.configuration.webSocket
-            let front = HTTPFront(timeout: .milliseconds(settings.handshakeMilliseconds))
+            guard shared.pending.add() <= settings.maxPendingUpgrades else {
+                // Too many connections wait for their upgrade: this one is closed before anything is read.
+                shared.pending.remove()
+                logger.debug("connection closed: too many pending upgrades")
+                channel.close(promise: nil)
+                return Value(channel: channel)
+            }
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveBuffers)
+            let front = HTTPFront(timeout: .milliseconds(settings.handshakeMilliseconds), pending: shared.pending)
             let bound = NIOLoopBound(front, eventLoop: channel.eventLoop)
             let upgrader = NIOWebSocketServerUpgrader(
                 maxFrameSize: gateway.configuration.maxMessageBytes,
@@ -100,6 +107,8 @@ final class HTTPFront: ChannelInboundHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPServerResponsePart
 
     private let timeout: TimeAmount
+    /// Counts this connection while it waits for its upgrade.
+    private let pending: ConnectionCounter
     private var timer: Scheduled<Void>?
     private var answered = false
     /// Why the upgrade was refused, if it was.
@@ -107,15 +116,20 @@ final class HTTPFront: ChannelInboundHandler, RemovableChannelHandler {
     /// The checked token's grant, for the upgraded connection.
     var grant: Grant?
 
-    init(timeout: TimeAmount) { self.timeout = timeout }
+    init(timeout: TimeAmount, pending: ConnectionCounter) {
+        self.timeout = timeout
+        self.pending = pending
+    }
 
     func handlerAdded(context: ChannelHandlerContext) {
         timer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { context.close(promise: nil) }
     }
 
+    /// Upgraded, or closed: either way no longer pending.
     func handlerRemoved(context: ChannelHandlerContext) {
         timer?.cancel()
         timer = nil
+        pending.remove()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {

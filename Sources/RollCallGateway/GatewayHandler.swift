@@ -359,7 +359,10 @@ private final class ChannelSink: GatewayConnectionSink {
 final class GatewayShared: Sendable {
     let gateway: BrokerGateway
     let verifier: TokenVerifier?
+    /// Upgraded connections.
     let counter: ConnectionCounter
+    /// Connections accepted and not yet upgraded.
+    let pending = ConnectionCounter()
     let connections: ConnectionTables
     let logger: Logger
 

@@ -38,6 +38,41 @@ extension Integration {
             }
         }
 
+        /// Past --ws-max-pending-upgrades, a new connection is closed at once, before anything is read; once a
+        /// pending one goes, a new connection is upgraded again.
+        @Test func pendingUpgradesAreCapped() async throws {
+            try await withGateway(
+                tokens: false,
+                {
+                    $0.webSocket.maxPendingUpgrades = 2
+                    $0.webSocket.handshakeMilliseconds = 20_000
+                }
+            ) { gateway in
+                var waiting = [
+                    try RawWebSocket(port: gateway.port, path: nil), try RawWebSocket(port: gateway.port, path: nil),
+                ]
+                // Connections are accepted in the order they came: both are counted before the third.
+                let started = ContinuousClock.now
+                let third = try RawWebSocket(port: gateway.port, path: nil)
+                let read = third.readUntilClosed(timeout: 5_000)
+                let took = milliseconds(since: started)
+                print("a third connection with 2 pending upgrades allowed: closed after \(Int(took)) ms")
+                #expect(read == [])
+                #expect(took < 3_000)
+                #expect(waiting[0].readUntilClosed(timeout: 200) == nil)  // the first two wait on
+                waiting.removeFirst().kill()
+                // The count drops once the server sees the close; a fresh upgrade then succeeds.
+                let deadline = ContinuousClock.now + .seconds(5)
+                var status = 0
+                while status != 101, ContinuousClock.now < deadline {
+                    let fresh = try RawWebSocket(port: gateway.port, path: "/v1/ws")
+                    status = (try? fresh.status()) ?? 0
+                    if status != 101 { try await Task.sleep(for: .milliseconds(20)) }
+                }
+                #expect(status == 101)
+            }
+        }
+
         /// A frame longer than --max-message-bytes is answered with close code 1009 and the connection is closed.
         @Test func oversizedFrameIsClosedWith1009() async throws {
             try await withGateway(tokens: false) { gateway in
