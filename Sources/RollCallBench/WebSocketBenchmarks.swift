@@ -315,3 +315,46 @@ final class BenchWebSocket {
         }
     }
 }
+
+extension PresenceBenchmarks {
+    /// W2's yardstick in the same run: `count` idle ZeroMQ command connections (a DEALER each, 1,000 to a context),
+    /// each with a session, as the issue's "ZeroMQ connection" (28 KB in the earlier side-by-side's D3): the
+    /// broker's resident memory per connection.
+    public func zeroMQMemory(count: Int) throws -> BenchRow {
+        let broker = try broker([])
+        defer { broker.stop() }
+        var contexts: [Context] = []
+        var sockets: [Socket] = []
+        func open(_ user: String) throws {
+            if sockets.count % 1_000 == 0 { contexts.append(try Context()) }
+            let socket = try Socket(contexts[contexts.count - 1], .dealer)
+            try socket.set(.linger(milliseconds: 0))
+            try socket.connect(broker.command)
+            try socket.send(Array(#"{"op":"hello","user":"\#(user)","ttl_ms":3600000}"#.utf8), wait: true)
+            var poller = Poller([socket])
+            guard try poller.poll(timeout: 10_000)[0], try socket.receiveMessage() != nil else {
+                throw BenchError("no answer to hello on a ZeroMQ connection")
+            }
+            sockets.append(socket)
+        }
+        for index in 0..<50 { try open("zwarm\(index)") }
+        Thread.sleep(forTimeInterval: 0.5)
+        let before = broker.residentBytes()
+        log("zeromq memory: \(count) idle command connections, a session each")
+        for index in 0..<count { try open("zidle\(index)") }
+        Thread.sleep(forTimeInterval: 1)
+        let after = broker.residentBytes()
+        let perConnection = Double(after - before) / Double(count)
+        sockets = []
+        contexts = []
+        return BenchRow(
+            id: "W2.zmq-\(count)",
+            scenario: "\(n(Double(count))) idle ZeroMQ command connections (DEALER), a session each",
+            figures: [
+                "bytes_per_connection": perConnection, "rss_before_bytes": Double(before),
+                "rss_after_bytes": Double(after),
+            ],
+            summary: "**\(n(perConnection)) bytes per connection** (RSS \(n(Double(before) / 1_048_576)) → "
+                + "\(n(Double(after) / 1_048_576)) MiB)")
+    }
+}

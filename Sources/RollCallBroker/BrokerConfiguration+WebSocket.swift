@@ -7,6 +7,10 @@ extension BrokerConfiguration {
         try Self.check("--ws-max-connections", w.maxConnections, in: WebSocketSettings.Range.maxConnections)
         try Self.check("--ws-max-subscriptions", w.maxSubscriptions, in: WebSocketSettings.Range.maxSubscriptions)
         try Self.check("--ws-send-queue-bytes", w.sendQueueBytes, in: WebSocketSettings.Range.sendQueueBytes)
+        try Self.check(
+            "--ws-handshake-timeout-ms", w.handshakeMilliseconds, in: WebSocketSettings.Range.handshakeMilliseconds)
+        try Self.check(
+            "--ws-max-pending-upgrades", w.maxPendingUpgrades, in: WebSocketSettings.Range.maxPendingUpgrades)
         let smallest = maxReplyBytes + Self.maxGroupMessageBytes
         guard w.sendQueueBytes >= smallest else {
             throw ConfigurationError(

@@ -11,41 +11,40 @@ public struct BrokerGateway: Sendable {
     /// The broker's settings: the gateway decodes requests with the same limits as the loop.
     public let configuration: BrokerConfiguration
 
-    /// Registers a new WebSocket connection with what it may do (`.open` when no tokens are configured); returns
-    /// the fresh ``ConnectionID`` the loop gave it, or `nil` if the loop did not answer within `timeout` (stopping).
-    public func open(access: Access, outbox: GatewayOutbox, timeout: Duration = .seconds(2)) async -> ConnectionID? {
-        let answer = OneAnswer<ConnectionID>()
-        return await withCheckedContinuation { (continuation: CheckedContinuation<ConnectionID?, Never>) in
-            answer.wait(continuation)
-            mailbox.post { loop in
-                let id = loop.openGatewayConnection(access: access, outbox: outbox)
-                answer.give(id)
-            }
-            Task {
-                try? await Task.sleep(for: timeout)
-                answer.give(nil)
-            }
+    /// Registers a new WebSocket connection with what it may do (`.open` when no tokens are configured). The loop
+    /// gives it a fresh ``ConnectionID`` from the same count as the command endpoint's; the connection's later jobs,
+    /// posted after this one, find it through `outbox`.
+    public func open(access: Access, outbox: GatewayOutbox) {
+        mailbox.post { loop in
+            outbox.connection = loop.openGatewayConnection(access: access, outbox: outbox)
         }
     }
 
-    /// Hands one decoded frame (or why it could not be decoded) to the loop; call ``GatewayOutbox/beginRequest()``
-    /// first. The reply comes through the connection's outbox.
-    public func handle(_ request: Result<GatewayRequest, RequestRejection>, from connection: ConnectionID) {
-        mailbox.post { loop in loop.handleGatewayRequest(request, from: connection) }
+    /// Hands one decoded frame (or why it could not be decoded) to the loop; count it with
+    /// ``GatewayOutbox/beginRequest()`` first. The reply comes through the connection's outbox.
+    public func handle(_ request: Result<GatewayRequest, RequestRejection>, from outbox: GatewayOutbox) {
+        mailbox.post { loop in
+            guard let id = outbox.connection else { return }
+            loop.handleGatewayRequest(request, from: id)
+        }
     }
 
     /// A fresh token was accepted for the connection (`auth`): from now on it may do what `access` allows. The
     /// loop answers the request with `expires`.
-    public func reauthorize(_ connection: ConnectionID, access: Access, id: JSON?, expires: Int64) {
+    public func reauthorize(_ outbox: GatewayOutbox, access: Access, id: JSON?, expires: Int64) {
         mailbox.post { loop in
+            guard let connection = outbox.connection else { return }
             loop.reauthorizeGatewayConnection(connection, access: access, id: id, expires: expires)
         }
     }
 
     /// The connection closed (either side, TCP gone, ping unanswered, token expired): its subscriptions go, and its
     /// sessions end by the close path (at once, or after the grace period).
-    public func closed(_ connection: ConnectionID) {
-        mailbox.post { loop in loop.dropGatewayConnection(connection) }
+    public func closed(_ outbox: GatewayOutbox) {
+        mailbox.post { loop in
+            guard let id = outbox.connection else { return }
+            loop.dropGatewayConnection(id)
+        }
     }
 }
 

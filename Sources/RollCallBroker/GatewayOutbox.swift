@@ -1,23 +1,32 @@
 import DequeModule
+import RollCallCore
 import Synchronization
 
-/// One WebSocket connection's two bounded queues between the event loop and the gateway's threads.
-///
-/// Out: the loop pushes replies and updates without ever waiting (``push(_:)``), up to ``limitBytes``; past it the
-/// loop closes the connection (close code 4008), so a reader that cannot keep up holds at most this much and slows
-/// no one. The gateway's writer takes what is queued (``next()``) and writes it at the peer's pace.
-///
-/// In: the gateway reads the next request only while fewer than ``maxInFlight`` of the connection's requests wait
-/// for the loop (``beginRequest()``), so a client that floods requests is held back by TCP, not queued in memory.
-public final class GatewayOutbox: Sendable {
-    /// What the writer does next.
-    public enum Item: Sendable, Equatable {
-        /// A text frame: a reply or an update.
-        case frame([UInt8])
-        /// The loop closed the connection: send a close frame with this code and reason, then stop.
-        case close(code: UInt16, reason: String)
-    }
+/// What the event loop asks of one WebSocket connection on the gateway's side (RollCallGateway's channel handler).
+/// The loop calls these on its own thread and never waits: each hops to the connection's SwiftNIO thread.
+public protocol GatewayConnectionSink: AnyObject, Sendable {
+    /// Frames are waiting in the outbox: take them with ``GatewayOutbox/take()`` and write them.
+    func framesWaiting()
+    /// Write what is queued, then a close frame with `code`, and cut the connection if the peer does not answer it.
+    func close(code: UInt16, reason: String)
+    /// The connection has fewer than ``GatewayOutbox/maxInFlight`` requests in the loop: it may read again.
+    func resumeReading()
+}
 
+/// One WebSocket connection's two bounds between the event loop and the connection's SwiftNIO channel, without a
+/// task or a buffer of its own beyond the frames not yet handed over.
+///
+/// Out: the loop pushes replies and updates without ever waiting (``push(_:)``); the first frame of a batch wakes
+/// the connection's channel (``GatewayConnectionSink/framesWaiting()``), which takes the batch (``take()``), writes
+/// it into the channel, and gives the bytes back once the channel has written them to the socket (``written(_:)``).
+/// Bytes pushed and not yet written, in the outbox or in SwiftNIO's write buffer, are at most ``limitBytes``; past
+/// it the loop closes the connection (close code 4008), so a reader that cannot keep up holds at most this much
+/// (plus the kernel's socket buffer) and slows no one.
+///
+/// In: the channel counts each request it hands to the loop (``beginRequest()``) and stops reading while
+/// ``maxInFlight`` of them wait for the loop, so a client that floods requests is held back by TCP, not queued in
+/// memory; the loop counts each answer (``requestDone()``) and lets the channel read again.
+public final class GatewayOutbox: Sendable {
     /// What became of a pushed frame.
     enum Pushed: Equatable {
         case queued
@@ -29,132 +38,114 @@ public final class GatewayOutbox: Sendable {
 
     private struct State {
         var frames = Deque<[UInt8]>()
+        /// Pushed and not yet written to the socket.
         var bytes = 0
-        var close: Item?
-        var finished = false
-        var writer: CheckedContinuation<[Item], Never>?
+        /// The sink has been told that frames wait and has not taken them yet.
+        var woken = false
+        var closed = false
         var inFlight = 0
-        var reader: CheckedContinuation<Void, Never>?
-        var onClose: (@Sendable () -> Void)?
-
-        /// Everything queued, and the close after it.
-        mutating func take() -> [Item] {
-            var items = frames.map(Item.frame)
-            if let close { items.append(close) }
-            frames = []
-            bytes = 0
-            return items
-        }
+        var paused = false
+        /// Gone once the connection has ended, so that the outbox and the channel's handler do not keep each other.
+        var sink: (any GatewayConnectionSink)?
+        /// The loop's id for the connection, once the loop has opened it.
+        var connection: ConnectionID?
     }
 
-    private let state = Mutex(State())
-    /// The most bytes queued for the writer.
+    private let state: Mutex<State>
+    /// The most bytes pushed and not yet written.
     public let limitBytes: Int
     /// The most requests waiting for the loop.
     public let maxInFlight: Int
 
-    public init(limitBytes: Int, maxInFlight: Int = WebSocketSettings.maxRequestsInFlight) {
+    public init(
+        limitBytes: Int, maxInFlight: Int = WebSocketSettings.maxRequestsInFlight, sink: any GatewayConnectionSink
+    ) {
         self.limitBytes = limitBytes
         self.maxInFlight = maxInFlight
+        state = Mutex(State(sink: sink))
     }
 
     // MARK: The loop's side
 
-    /// Queues a frame for the writer, without waiting.
+    /// The loop's id for the connection: set by the loop when it opens the connection, read by the loop's later jobs.
+    var connection: ConnectionID? {
+        get { state.withLock { $0.connection } }
+        set { state.withLock { $0.connection = newValue } }
+    }
+
+    /// Queues a frame for the channel, without waiting.
     func push(_ frame: [UInt8]) -> Pushed {
-        let (result, writer, items) = state.withLock { s -> (Pushed, CheckedContinuation<[Item], Never>?, [Item]) in
-            guard !s.finished, s.close == nil else { return (.gone, nil, []) }
-            guard s.bytes + frame.count <= limitBytes else { return (.full, nil, []) }
-            guard let writer = s.writer else {
-                s.frames.append(frame)
-                s.bytes += frame.count
-                return (.queued, nil, [])
-            }
-            s.writer = nil
-            return (.queued, writer, [.frame(frame)])
+        let (result, wake) = state.withLock { s -> (Pushed, (any GatewayConnectionSink)?) in
+            guard !s.closed else { return (.gone, nil) }
+            guard s.bytes + frame.count <= limitBytes else { return (.full, nil) }
+            s.frames.append(frame)
+            s.bytes += frame.count
+            if s.woken { return (.queued, nil) }
+            s.woken = true
+            return (.queued, s.sink)
         }
-        writer?.resume(returning: items)
+        wake?.framesWaiting()
         return result
     }
 
-    /// Asks the writer to close the connection with `code` once what is queued before it has been written; frames
-    /// pushed later are dropped. The action given to ``whenClosed(_:)`` runs, so that the gateway can also cut a
-    /// connection whose writer is stuck behind a peer that does not read.
+    /// Asks the channel to close the connection with `code` once what is queued before it has been written; frames
+    /// pushed later are dropped.
     public func close(code: UInt16, reason: String) {
-        let (writer, items, action) = state.withLock {
-            s -> (CheckedContinuation<[Item], Never>?, [Item], (@Sendable () -> Void)?) in
-            guard !s.finished, s.close == nil else { return (nil, [], nil) }
-            s.close = .close(code: code, reason: reason)
-            let action = s.onClose
-            s.onClose = nil
-            guard let writer = s.writer else { return (nil, [], action) }
-            s.writer = nil
-            return (writer, s.take(), action)
+        let sink = state.withLock { s -> (any GatewayConnectionSink)? in
+            guard !s.closed else { return nil }
+            s.closed = true
+            return s.sink
         }
-        writer?.resume(returning: items)
-        action?()
+        sink?.close(code: code, reason: reason)
     }
 
-    /// Runs `action` when ``close(code:reason:)`` is first called.
-    public func whenClosed(_ action: @escaping @Sendable () -> Void) {
-        state.withLock { $0.onClose = action }
-    }
-
-    /// One of the connection's requests has been answered: the gateway may read another.
+    /// One of the connection's requests has been answered: the channel may read another.
     func requestDone() {
-        let reader = state.withLock { s -> CheckedContinuation<Void, Never>? in
+        let sink = state.withLock { s -> (any GatewayConnectionSink)? in
             s.inFlight -= 1
-            guard s.inFlight < maxInFlight, let reader = s.reader else { return nil }
-            s.reader = nil
-            return reader
+            guard s.paused, s.inFlight < maxInFlight else { return nil }
+            s.paused = false
+            return s.sink
         }
-        reader?.resume()
+        sink?.resumeReading()
     }
 
-    // MARK: The gateway's side
+    // MARK: The channel's side
 
-    /// Waits for what to write: frames in order, maybe a close last; empty once the connection is finished.
-    public func next() async -> [Item] {
-        await withCheckedContinuation { (continuation: CheckedContinuation<[Item], Never>) in
-            let items = state.withLock { s -> [Item]? in
-                if s.finished { return [] }
-                if s.frames.isEmpty && s.close == nil {
-                    s.writer = continuation
-                    return nil
-                }
-                return s.take()
-            }
-            if let items { continuation.resume(returning: items) }
+    /// The frames waiting, in order; their bytes still count until ``written(_:)``.
+    public func take() -> Deque<[UInt8]> {
+        state.withLock { s in
+            s.woken = false
+            defer { s.frames = [] }
+            return s.frames
         }
     }
 
-    /// Waits until the connection may have one more request in the loop, and counts it.
-    public func beginRequest() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { s -> Bool in
-                s.inFlight += 1
-                if s.inFlight <= maxInFlight || s.finished { return true }
-                s.reader = continuation
-                return false
-            }
-            if ready { continuation.resume() }
+    /// `count` bytes taken by ``take()`` have been written to the socket (or dropped with the connection).
+    public func written(_ count: Int) {
+        state.withLock { $0.bytes -= count }
+    }
+
+    /// Counts one more request handed to the loop; `false` if the connection now has ``maxInFlight`` of them and
+    /// must stop reading until ``GatewayConnectionSink/resumeReading()``.
+    public func beginRequest() -> Bool {
+        state.withLock { s in
+            s.inFlight += 1
+            guard s.inFlight >= maxInFlight else { return true }
+            s.paused = true
+            return false
         }
     }
 
-    /// The connection has ended: the writer and the reader stop waiting, and whatever is queued is freed.
+    /// The connection has ended: nothing more is queued, and whatever is queued is freed.
     public func finish() {
-        let (writer, reader) = state.withLock { s in
-            s.finished = true
+        state.withLock { s in
+            s.closed = true
             s.frames = []
-            s.bytes = 0
-            s.onClose = nil
-            defer { (s.writer, s.reader) = (nil, nil) }
-            return (s.writer, s.reader)
+            s.sink = nil
         }
-        writer?.resume(returning: [])
-        reader?.resume()
     }
 
-    /// Bytes queued for the writer now.
+    /// Bytes pushed and not yet written.
     public var queuedBytes: Int { state.withLock { $0.bytes } }
 }

@@ -14,6 +14,14 @@ public struct WebSocketSettings: Sendable {
     /// so that one that cannot keep up slows no one. Range: 65_536...1_073_741_824, and at least
     /// `--max-reply-bytes` plus a group message.
     public var sendQueueBytes = 1_048_576
+    /// How long an accepted connection may take to be upgraded (its whole upgrade request, and the token's check);
+    /// one that has not been by then is closed, so that a client that sends nothing, or half a request, holds its
+    /// socket and buffers no longer. Range: 100...600_000.
+    public var handshakeMilliseconds: Int64 = 10_000
+    /// Accepted connections not yet upgraded (within `handshakeMilliseconds`); one past it is closed at once, so that
+    /// a flood of connections that never finish their upgrade holds at most this many sockets and buffers.
+    /// Range: 1...1_000_000.
+    public var maxPendingUpgrades = 1_000
     /// The key that signs tokens: an HMAC secret, a PEM public key, or a JWKS file; `nil`: no tokens, and the
     /// endpoint must be loopback (everyone may do everything) unless `--insecure`.
     public var jwtKeyFile: String?
@@ -36,5 +44,7 @@ public struct WebSocketSettings: Sendable {
         public static let maxConnections: ClosedRange<Int> = 1...10_000_000
         public static let maxSubscriptions: ClosedRange<Int> = 1...1_000_000
         public static let sendQueueBytes: ClosedRange<Int> = 65_536...1_073_741_824
+        public static let handshakeMilliseconds: ClosedRange<Int64> = 100...600_000
+        public static let maxPendingUpgrades: ClosedRange<Int> = 1...1_000_000
     }
 }

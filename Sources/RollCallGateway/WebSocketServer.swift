@@ -1,24 +1,29 @@
-import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS
-import HummingbirdWebSocket
 import Logging
 import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
 import RollCallBroker
 import RollCallSecurity
 import ServiceLifecycle
 import Synchronization
 
-/// The WebSocket front door (docs/websocket.md): `GET /v1/ws`, upgraded to a WebSocket once the token checks out,
-/// on Hummingbird and hummingbird-websocket, the HTTP stack the operations endpoint already uses. It runs on
-/// SwiftNIO's threads and never touches the core: every frame goes to the event loop through ``BrokerGateway``,
-/// and replies and updates come back through each connection's ``GatewayOutbox``.
+/// The WebSocket front door (docs/websocket.md): `GET /v1/ws`, upgraded to a WebSocket once the token checks out.
+///
+/// It runs on Hummingbird's HTTP server (the stack the operations endpoint uses) with SwiftNIO's HTTP/1 codec and
+/// WebSocket upgrader and codec, and one channel handler per connection (``GatewayHandler``): no task and no async
+/// channel per connection, so that an idle connection costs a few KB. It never touches the core: every frame goes to
+/// the event loop through ``BrokerGateway``, and replies and updates come back through each connection's
+/// ``GatewayOutbox`` straight into its channel.
 public struct WebSocketServer: Service {
     /// The path WebSocket clients connect to.
     public static let path = "/v1/ws"
 
-    private let application: Application<RouterResponder<GatewayRequestContext>>
+    private let server: any Service
     private let bound: BoundPort
+    private let connections: ConnectionTables
 
     /// A server on `host:port` (port 0 for a free one, reported through `onBound`); `verifier` `nil` accepts
     /// every peer without a token, with every right (loopback only, unless `--insecure`).
@@ -28,96 +33,56 @@ public struct WebSocketServer: Service {
         host: String, port: Int, gateway: BrokerGateway, verifier: TokenVerifier?, tls: TLSConfiguration? = nil,
         logger: Logger, onBound: @escaping @Sendable (String, Int) -> Void = { _, _ in }
     ) throws {
-        let settings = gateway.configuration.webSocket
-        let counter = ConnectionCounter()
-        let router = Router(context: GatewayRequestContext.self)
-        router.ws(
-            RouterPath(Self.path),
-            shouldUpgrade: { request, context in
-                guard counter.count < settings.maxConnections else {
-                    UpgradeRefusal.refuse(context.channel, status: 503, reason: "Service Unavailable")
-                    return .dontUpgrade
-                }
-                guard let verifier else { return .upgrade([:]) }
-                do {
-                    guard let token = Self.token(of: request) else {
-                        throw TokenVerifier.Refusal(description: "no token")
-                    }
-                    context.grant.set(try await verifier.verify(token))
-                } catch {
-                    // Nothing more is said to the client than 401.
-                    context.logger.debug("token refused", metadata: ["reason": "\(error)"])
-                    UpgradeRefusal.refuse(
-                        context.channel, status: 401, reason: "Unauthorized", extraHeader: "WWW-Authenticate: Bearer")
-                    return .dontUpgrade
-                }
-                return .upgrade([:])
-            },
-            onUpgrade: { inbound, outbound, context in
-                let connection = GatewayConnection(
-                    gateway: gateway, verifier: verifier, grant: context.requestContext.grant.get(),
-                    channel: context.requestContext.channel, logger: logger, counter: counter)
-                try await connection.run(inbound: inbound, outbound: outbound)
-            })
         let bound = BoundPort()
+        let connections = ConnectionTables(interval: .milliseconds(gateway.configuration.webSocket.pingMilliseconds))
         self.bound = bound
-        let maxFrame = gateway.configuration.maxMessageBytes
-        let webSocket = HTTPServerBuilder.http1WebSocketUpgrade(
-            webSocketRouter: router,
-            configuration: .init(
-                http1: .init(idleTimeout: .seconds(30)),
-                ws: .init(
-                    maxFrameSize: maxFrame,
-                    autoPing: .enabled(timePeriod: .milliseconds(settings.pingMilliseconds)),
-                    closeTimeout: .seconds(2))))
-        application = Application(
-            router: Router(context: GatewayRequestContext.self),
-            server: try tls.map { try .tls(webSocket, tlsConfiguration: $0) } ?? webSocket,
-            configuration: .init(address: .hostname(host, port: port), serverName: "rollcall"),
-            onServerRunning: { channel in
-                let port = channel.localAddress?.port ?? port
-                bound.set(port)
-                onBound(host, port)
-            },
-            logger: logger)
+        self.connections = connections
+        let child = GatewayChildChannel(
+            shared: GatewayShared(
+                gateway: gateway, verifier: verifier, counter: ConnectionCounter(), connections: connections,
+                logger: logger))
+        let configuration = ServerConfiguration(address: .hostname(host, port: port), serverName: "rollcall")
+        let onServerRunning: @Sendable (any Channel) async -> Void = { channel in
+            let port = channel.localAddress?.port ?? port
+            bound.set(port)
+            onBound(host, port)
+        }
+        if let tls {
+            server = Server(
+                childChannelSetup: try TLSChannel(child, tlsConfiguration: tls), configuration: configuration,
+                onServerRunning: onServerRunning, eventLoopGroup: MultiThreadedEventLoopGroup.singleton,
+                logger: logger)
+        } else {
+            server = Server(
+                childChannelSetup: child, configuration: configuration, onServerRunning: onServerRunning,
+                eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
+        }
     }
 
-    public func run() async throws { try await application.run() }
+    /// Serves until cancelled or shut down; its connections are then closed (1001), and cut if they do not answer
+    /// within ``GatewayHandler/cutAfter``.
+    public func run() async throws {
+        // A graceful shutdown reaches each connection as SwiftNIO's quiesce event (the server waits for them);
+        // cancelling the task closes what is left. A connection not yet upgraded goes at its handshake bound.
+        defer { connections.stopAll() }
+        try await withTaskCancellationHandler {
+            try await server.run()
+        } onCancel: {
+            connections.stopAll()
+        }
+    }
 
     /// The port the server listens on, once it does.
     public var port: Int? { bound.get() }
 
     /// The token of an upgrade request: `Authorization: Bearer <token>`, else `?token=<token>` (browsers cannot set
     /// headers on a WebSocket).
-    static func token(of request: Request) -> String? {
-        if let header = request.headers[.authorization], header.hasPrefix("Bearer ") {
+    static func token(of head: HTTPRequestHead) -> String? {
+        if let header = head.headers.first(name: "authorization"), header.hasPrefix("Bearer ") {
             return String(header.dropFirst("Bearer ".count))
         }
-        return request.uri.queryParameters.get("token")
+        return URI(head.uri).queryParameters["token"].map(String.init)
     }
-}
-
-/// The request context of the WebSocket endpoint: the channel (to cut a connection that does not read) and the
-/// grant of the token checked before the upgrade.
-public struct GatewayRequestContext: RequestContext, WebSocketRequestContext {
-    public var coreContext: CoreRequestContextStorage
-    public let webSocket: WebSocketHandlerReference<Self>
-    let channel: any Channel
-    let grant: GrantBox
-
-    public init(source: ApplicationRequestContextSource) {
-        coreContext = .init(source: source)
-        webSocket = .init()
-        channel = source.channel
-        grant = GrantBox()
-    }
-}
-
-/// Carries the grant from the upgrade check to the connection.
-final class GrantBox: Sendable {
-    private let grant = Mutex<Grant?>(nil)
-    func set(_ value: Grant) { grant.withLock { $0 = value } }
-    func get() -> Grant? { grant.withLock { $0 } }
 }
 
 /// Open WebSocket connections.

@@ -1,3 +1,4 @@
+import Foundation
 import HummingbirdWSClient
 import Logging
 import RollCallClientCore
@@ -18,6 +19,12 @@ import Synchronization
 /// One connection carries the requests (each with an id; its reply is matched by that id) and, for the users it was
 /// asked to follow, their records: each (re)connection subscribes first, so the current record of each followed user
 /// comes first, then every change.
+///
+/// Tokens: a fixed `token` is sent on every (re)connection until it expires (then the broker closes the connection
+/// with 4001 and refuses new ones with 401). With a `tokenProvider` (the app asking its backend for a fresh token) the
+/// session asks it for a token before each (re)connection, and again before the token's `exp` (a quarter of its
+/// lifetime before, at least 1 s and at most 60 s), which it presents on the open connection with `auth`, so that a
+/// long session is never cut for an expired token.
 public final class WebSocketSession: Sendable {
     /// Where the session stands.
     public typealias State = SessionMachine.Phase
@@ -32,11 +39,13 @@ public final class WebSocketSession: Sendable {
     private let onState: (@Sendable (State) -> Void)?
 
     /// Says hello over a new connection to `url` (`ws://HOST:PORT/v1/ws`), signed in with `token` if the broker checks
-    /// tokens, failing if the broker does not answer within `timeoutMilliseconds` or refuses; then starts the
-    /// session's task. `onState` is called on that task whenever the state changes. `onRecord` is called with each
-    /// record of the users in `following` (the user's own included if named), on the connection's task.
+    /// tokens (or with what `tokenProvider` gives, asked before each connection and before each token expires),
+    /// failing if the broker does not answer within `timeoutMilliseconds` or refuses; then starts the session's task.
+    /// `onState` is called on that task whenever the state changes. `onRecord` is called with each record of the users
+    /// in `following` (the user's own included if named), on the connection's task.
     public init(
-        url: String, token: String? = nil, hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
+        url: String, token: String? = nil, tokenProvider: (@Sendable () async throws -> String)? = nil,
+        hello: PresenceCore.Hello, timeoutMilliseconds: Int = 3_000,
         following users: [UserID] = [], onRecord: (@Sendable (PresenceRecord) -> Void)? = nil,
         onState: (@Sendable (State) -> Void)? = nil
     ) async throws {
@@ -48,8 +57,8 @@ public final class WebSocketSession: Sendable {
                     request: WebSocketWatcher.subscribeRequest(users.map(Topic.presence)), onRecord: onRecord)
         }
         let link = WebSocketLink(
-            url: url, token: token, timeoutMilliseconds: timeoutMilliseconds, subscription: subscription,
-            events: events, stream: stream)
+            url: url, token: token, tokenProvider: tokenProvider, timeoutMilliseconds: timeoutMilliseconds,
+            subscription: subscription, events: events, stream: stream)
         switch await link.call(.hello(hello)) {
         case .granted(let grant): granted = grant
         case .refused(let error): throw error
@@ -157,7 +166,14 @@ final class WebSocketLink {
     }
 
     let url: String
-    let token: String?
+    /// The token sent with the next connection's upgrade.
+    private var token: String?
+    /// Gives a fresh token before each connection and before the current one expires.
+    let tokenProvider: (@Sendable () async throws -> String)?
+    /// When (the link's clock) to present a fresh token on the open connection; `.max`: never.
+    private var refreshAt: Int64 = .max
+    /// The application woke the session while a token was being presented: ``wait(until:)`` says so next.
+    private var wokenMeanwhile = false
     let timeoutMilliseconds: Int
     let subscription: Subscription?
     private let events: AsyncStream<Event>.Continuation
@@ -169,11 +185,12 @@ final class WebSocketLink {
     private let start = ContinuousClock.now
 
     init(
-        url: String, token: String?, timeoutMilliseconds: Int, subscription: Subscription?,
-        events: AsyncStream<Event>.Continuation, stream: AsyncStream<Event>
+        url: String, token: String?, tokenProvider: (@Sendable () async throws -> String)?, timeoutMilliseconds: Int,
+        subscription: Subscription?, events: AsyncStream<Event>.Continuation, stream: AsyncStream<Event>
     ) {
         self.url = url
         self.token = token
+        self.tokenProvider = tokenProvider
         self.timeoutMilliseconds = timeoutMilliseconds
         self.subscription = subscription
         self.events = events
@@ -190,7 +207,12 @@ final class WebSocketLink {
 
     /// Makes one call (connecting first if there is no connection) and says how it ended.
     func call(_ request: Request) async -> SessionMachine.Outcome {
-        let current = connection ?? connect()
+        let current: Connection
+        if let connection {
+            current = connection
+        } else {
+            current = await connect()
+        }
         nextID += 1
         let id = JSON.number(String(nextID))
         current.outgoing.yield(String(decoding: Codec.encodeRequest(request, id: id), as: UTF8.self))
@@ -223,8 +245,15 @@ final class WebSocketLink {
     /// Waits until `until` (monotonic milliseconds), a wake-up, or the end of the current connection.
     func wait(until: Int64) async -> Wakening {
         while true {
-            switch await next(until: until) {
-            case nil: return .timedOut
+            if wokenMeanwhile {
+                wokenMeanwhile = false
+                return .woken
+            }
+            let refreshing = connection != nil && refreshAt < until
+            switch await next(until: refreshing ? refreshAt : until) {
+            case nil:
+                guard refreshing else { return .timedOut }
+                await refreshToken()
             case .wake: return .woken
             case .ended(let ended, _) where ended == connection?.generation:
                 connection = nil
@@ -232,6 +261,72 @@ final class WebSocketLink {
             default: continue
             }
         }
+    }
+
+    /// Asks the provider for a fresh token and presents it on the open connection (`auth`); on a failure, tries again
+    /// in 5 s (the connection is closed with 4001 at the old token's `exp`, and the next one asks the provider again).
+    private func refreshToken() async {
+        refreshAt = .max
+        guard let tokenProvider, let current = connection else { return }
+        let fresh: String
+        do {
+            fresh = try await tokenProvider()
+        } catch {
+            refreshAt = now + 5_000
+            return
+        }
+        nextID += 1
+        let id = JSON.number(String(nextID))
+        current.outgoing.yield(#"{"op":"auth","id":\#(nextID),"token":"\#(fresh)"}"#)
+        let deadline = now + Int64(timeoutMilliseconds)
+        while true {
+            switch await next(until: deadline) {
+            case nil:
+                refreshAt = now + 5_000
+                return
+            case .wake:
+                wokenMeanwhile = true
+            case .ended(let ended, let reason) where ended == current.generation:
+                // Put back for ``wait(until:)`` to see.
+                events.yield(.ended(generation: ended, reason: reason))
+                return
+            case .frame(let from, let bytes) where from == current.generation:
+                guard let reply = try? Codec.decodeReply(bytes), reply.id == id else { continue }
+                guard case .success = reply.result else {
+                    refreshAt = now + 5_000
+                    return
+                }
+                token = fresh
+                scheduleRefresh()
+                return
+            default:
+                continue
+            }
+        }
+    }
+
+    /// With a provider, plans the next refresh from the current token's `exp`: a quarter of its remaining lifetime
+    /// before it, at least 1 s and at most 60 s.
+    private func scheduleRefresh() {
+        guard tokenProvider != nil, let token, let expires = Self.expiry(of: token) else {
+            refreshAt = .max
+            return
+        }
+        let left = Int64((expires - Date().timeIntervalSince1970) * 1_000)
+        refreshAt = now + max(0, left - min(60_000, max(1_000, left / 4)))
+    }
+
+    /// A JWT's `exp`, in seconds since 1970, read without checking the signature (the broker checks it).
+    static func expiry(of token: String) -> Double? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        guard let data = Data(base64Encoded: base64),
+            let claims = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let exp = claims["exp"] as? NSNumber
+        else { return nil }
+        return exp.doubleValue
     }
 
     /// Closes the current connection, if any, with a close frame.
@@ -263,8 +358,11 @@ final class WebSocketLink {
         return nil
     }
 
-    /// Opens a new connection; what it hears goes to the link's stream, tagged with its generation.
-    private func connect() -> Connection {
+    /// Opens a new connection (with a fresh token, if there is a provider); what it hears goes to the link's stream,
+    /// tagged with its generation.
+    private func connect() async -> Connection {
+        if let tokenProvider, let fresh = try? await tokenProvider() { token = fresh }
+        scheduleRefresh()
         generation += 1
         let (outgoing, sender) = AsyncStream<String?>.makeStream()
         let fresh = Connection(generation: generation, outgoing: sender)

@@ -11,7 +11,7 @@ struct Bench: AsyncParsableCommand {
             Results: docs/benchmarks.md. Run a release build (swift build -c release); the broker is the `rollcall` \
             executable beside this one unless ROLLCALL_BIN names another.
             """,
-        subcommands: [AllBench.self, GroupsBench.self, ClusterBench.self])
+        subcommands: [AllBench.self, GroupsBench.self, ClusterBench.self, WebSocketClientsCommand.self])
 }
 
 /// The broker to measure: `ROLLCALL_BIN`, else the `rollcall` executable in this one's directory.
@@ -124,7 +124,13 @@ struct AllBench: AsyncParsableCommand {
             if wanted.contains("websocket") {
                 add(try bench.webSocketLatency(changes: smoke ? 50 : 2_000))
                 add(try bench.webSocketMemory(count: smoke ? 100 : 5_000))
+                add(try bench.zeroMQMemory(count: smoke ? 100 : 5_000))
                 add(try bench.webSocketFanout(subscribers: smoke ? 50 : 1_000, changes: smoke ? 5 : 50))
+                // 19,000 connections: the broker may hold 20,000 open files and needs some of its own.
+                add(
+                    try bench.webSocketSessions(
+                        connections: smoke ? 200 : 19_000, sessions: smoke ? 250 : 20_000, processes: smoke ? 2 : 4,
+                        seconds: smoke ? 2 : 10))
             }
             if wanted.contains("expiry") {
                 add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))
@@ -210,4 +216,27 @@ enum GroupTable {
     }
 
     static func format(_ value: Double, _ digits: Int) -> String { String(format: "%.\(digits)f", value) }
+}
+
+/// The client processes of W4 (many WebSocket sessions heartbeating): started by the benchmark itself.
+struct WebSocketClientsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ws-clients",
+        abstract: "W4's client side: WebSocket sessions heartbeating every second (started by `presence`).",
+        shouldDisplay: false)
+
+    @Option(help: "The broker's WebSocket port.") var port: Int
+    @Option(help: "The first user's number.") var first = 0
+    @Option(help: "WebSocket connections to open.") var connections: Int
+    @Option(help: "Sessions, spread over the connections.") var sessions: Int
+    @Option(help: "Seconds of heartbeats after the go line.") var seconds: Double
+
+    func run() throws {
+        do {
+            try WebSocketClients.run(
+                port: port, first: first, connections: connections, sessions: sessions, seconds: seconds)
+        } catch {
+            throw fail(error)
+        }
+    }
 }

@@ -32,6 +32,18 @@ struct WebSocketOptions: ParsableArguments {
 
     @Option(
         help:
+            "Time an accepted connection has to be upgraded to a WebSocket, ms; then it is closed. Env: ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS. Default: 10000."
+    )
+    var wsHandshakeTimeoutMs: Int64?
+
+    @Option(
+        help:
+            "Connections waiting for their WebSocket upgrade at most; one more is closed at once. Env: ROLLCALL_WS_MAX_PENDING_UPGRADES. Default: 1000."
+    )
+    var wsMaxPendingUpgrades: Int?
+
+    @Option(
+        help:
             "HMAC secret, PEM public key or JWKS file that signs WebSocket tokens. Env: ROLLCALL_JWT_KEY_FILE. Default: none (loopback only, no tokens)."
     )
     var jwtKeyFile: String?
@@ -63,6 +75,10 @@ struct WebSocketOptions: ParsableArguments {
         c.webSocket.maxSubscriptions = try setting(
             wsMaxSubscriptions, "ROLLCALL_WS_MAX_SUBSCRIPTIONS", default: 1_000)
         c.webSocket.sendQueueBytes = try setting(wsSendQueueBytes, "ROLLCALL_WS_SEND_QUEUE_BYTES", default: 1_048_576)
+        c.webSocket.handshakeMilliseconds = try setting(
+            wsHandshakeTimeoutMs, "ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS", default: 10_000)
+        c.webSocket.maxPendingUpgrades = try setting(
+            wsMaxPendingUpgrades, "ROLLCALL_WS_MAX_PENDING_UPGRADES", default: 1_000)
         c.webSocket.jwtKeyFile = optional(jwtKeyFile, "ROLLCALL_JWT_KEY_FILE")
         c.webSocket.jwtIssuer = optional(jwtIssuer, "ROLLCALL_JWT_ISSUER")
         c.webSocket.jwtAudience = optional(jwtAudience, "ROLLCALL_JWT_AUDIENCE")

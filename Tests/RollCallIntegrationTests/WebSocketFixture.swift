@@ -232,12 +232,13 @@ private final class Inbox: Sendable {
 final class RawWebSocket {
     private(set) var descriptor: Int32
 
-    /// Connects to 127.0.0.1:`port` and sends the upgrade request for `path`; `receiveBuffer` shrinks the kernel's
-    /// receive buffer (a reader that cannot keep up).
-    init(port: Int, path: String, receiveBuffer: Int32? = nil) throws {
+    /// Connects to 127.0.0.1:`port` and sends the upgrade request for `path` (nothing if `nil`); `receiveBuffer`
+    /// shrinks the kernel's receive buffer (a reader that cannot keep up).
+    init(port: Int, path: String?, receiveBuffer: Int32? = nil) throws {
         descriptor = try connectLoopback(port: port, receiveBuffer: receiveBuffer)
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        guard let path else { return }  // a connection that sends nothing (yet)
         let request =
             "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -290,6 +291,24 @@ final class RawWebSocket {
             let count = recv(descriptor, &buffer, buffer.count, 0)
             if count == 0 || (count < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { return total }
             if count > 0 { total += count }
+        }
+        return nil
+    }
+
+    /// Sends `bytes` as they are: half a request, or a frame the server must refuse.
+    func sendRaw(_ bytes: [UInt8]) throws { try write(bytes) }
+
+    /// Reads until the server closes the connection; everything read, or `nil` if still open at the deadline.
+    func readUntilClosed(timeout: Int) -> [UInt8]? {
+        var tenth = timeval(tv_sec: 0, tv_usec: 100_000)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &tenth, socklen_t(MemoryLayout<timeval>.size))
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var read: [UInt8] = []
+        let deadline = ContinuousClock.now + .milliseconds(timeout)
+        while ContinuousClock.now < deadline {
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            if count == 0 || (count < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { return read }
+            if count > 0 { read += buffer[..<count] }
         }
         return nil
     }

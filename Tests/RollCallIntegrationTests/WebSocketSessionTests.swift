@@ -37,6 +37,44 @@ extension Integration {
             }
         }
 
+        /// With a token provider, a session whose tokens live 3 s outlives them on one connection: it presents fresh
+        /// tokens with `auth` before each expires, so it is never closed (4001) nor shown offline; without one, the
+        /// same session is closed at its token's expiry.
+        @Test func tokenProviderKeepsTheSessionPastExpiry() async throws {
+            try await withGateway { gateway in
+                let watch = try gateway.broker.subscriber("fresh")
+                let minted = Atomic<Int>(0)
+                let session = try await WebSocketSession(
+                    url: gateway.url,
+                    tokenProvider: {
+                        minted.wrappingAdd(1, ordering: .relaxed)
+                        return try await gateway.token("fresh", expiresIn: 3)
+                    },
+                    hello: .init(user: "fresh".id, keepAlive: .connection))
+                _ = try watch.expect("fresh") { $0.status == .online }
+                let records = try watch.collect(for: 7_000)
+                print(
+                    "7 s with 3 s tokens: \(minted.load(ordering: .relaxed)) tokens minted, records meanwhile: "
+                        + "\(records.map { "\($0.status)" })")
+                #expect(records.allSatisfy { $0.status != .offline })
+                #expect(minted.load(ordering: .relaxed) >= 3)
+                #expect(session.state == .live(session.granted.session))
+                await session.close()
+                let offline = try watch.expect("fresh") { $0.status == .offline }
+                #expect(offline.reason == .bye)
+
+                // The control: a fixed 3 s token is not renewed, and the connection it keeps alive ends with it.
+                let fixed = try await WebSocketSession(
+                    url: gateway.url, token: gateway.token("fixed", expiresIn: 3),
+                    hello: .init(user: "fixed".id, keepAlive: .connection))
+                let fixedWatch = try gateway.broker.subscriber("fixed")
+                let ended = try fixedWatch.expect("fixed", timeout: 10_000) { $0.status == .offline }
+                print("a fixed 3 s token: offline, reason \(ended.reason.map { "\($0)" } ?? "none")")
+                #expect(ended.reason == .closed)
+                await fixed.close()
+            }
+        }
+
         /// With the WebSocket endpoint stopped (every connection cut) and no grace period, a session kept alive by its
         /// connection goes offline (closed), backs off while the endpoint is down, and once it is back says hello
         /// again on its own and is online within 10 s of the cut.
