@@ -44,6 +44,8 @@ extension PresenceCore {
     public mutating func putRemoteSession(
         _ id: SessionID, _ description: SessionDescription, stamp: Stamp, now: BrokerTime
     ) -> [Action] {
+        var description = description
+        if description.text?.isEmpty == true { description.text = nil }  // as a local session keeps it
         if let session = sessions[id] {
             guard session.isRemote, session.user == description.user else { return [] }
             guard session.status != description.status || !sameBytes(session.text, description.text) else {
@@ -61,9 +63,7 @@ extension PresenceCore {
             return refresh(description.user, now: now, reason: reason, stamp: stamp).map(Action.publish)
         }
         statusChanges += 1
-        var session = Session.remote(description, statusOrder: statusChanges, now: now)
-        session.text = session.text.flatMap { $0.isEmpty ? nil : $0 }
-        sessions[id] = session
+        sessions[id] = Session.remote(description, statusOrder: statusChanges, now: now)
         remoteSessions += 1
         if description.status == .invisible { invisibleSessionCount += 1 }
         users[description.user, default: User()].sessions.append(id)
