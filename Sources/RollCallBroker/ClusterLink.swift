@@ -53,7 +53,11 @@ final class ClusterLink {
     }
 
     /// The `seq` of a change at `revision`: the same on every node (``ClusterReplica/seq(at:)``).
-    func seq(at revision: Int64) -> UInt64 { (node.seqBase ?? 0) + UInt64(max(0, revision)) }
+    func seq(at revision: Int64) -> UInt64 {
+        // The replica takes no base above 2^60, so this cannot overflow; saturate anyway rather than trap.
+        let (sum, overflow) = (node.seqBase ?? 0).addingReportingOverflow(UInt64(max(0, revision)))
+        return overflow ? .max : sum
+    }
 
     /// The number that names a new session of this node in etcd.
     func number(for session: SessionID) -> UInt64 {

@@ -24,6 +24,9 @@ public struct ClusterSettings: Sendable {
         self.leaseMilliseconds = leaseMilliseconds
     }
 
+    /// Whether `id` may name a node: 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
+    public static func isValidNodeID(_ id: String) -> Bool { ClusterKeys.isValidNodeID(id) }
+
     /// The settings as `rollcall serve` takes them: `etcd://HOST:PORT[,HOST:PORT...]`, a node id and a lease.
     public init(cluster: String, nodeID: String, leaseMilliseconds: Int64 = 5_000) throws(ConfigurationError) {
         guard let endpoints = EtcdEndpoint.list(cluster) else {

@@ -99,7 +99,12 @@ extension EventLoop {
             }
             // The whole definition replaces the group: a no-op on the node that made the change, which applied it
             // when it answered.
-            _ = cluster.view.group(id, GroupEdit(members: members), limit: 1, now: now)
+            if case .failure(let error) = cluster.view.group(id, GroupEdit(members: members), limit: 1, now: now) {
+                // This node's limits refuse what another node (or an operator) wrote: the nodes now differ on it.
+                logger.error(
+                    "a group in etcd is refused by this node's limits; this node leaves it as it was",
+                    metadata: ["group": "\(group)", "error": "\(error.code.rawValue): \(error.message)"])
+            }
         case .groupDeleted(let group, _):
             guard let id = GroupID(validating: group) else { return }
             perform(cluster.view.ungroup(id, now: now).actions, now: now)

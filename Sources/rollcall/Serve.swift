@@ -248,8 +248,15 @@ struct Serve: AsyncParsableCommand {
         c.insecure = insecure || environment["ROLLCALL_INSECURE"] == "1"
         c.curve = try curveSettings(environment)
         if let clusterURLs {
+            let nodeID = try setting(nodeId, "ROLLCALL_NODE_ID", default: c.brokerID)
+            if nodeId == nil && environment["ROLLCALL_NODE_ID"] == nil && !ClusterSettings.isValidNodeID(nodeID) {
+                throw ConfigurationError(
+                    "--node-id",
+                    "was not given, and the broker id '\(nodeID)' (--broker-id, else the host name) is not a valid "
+                        + "node id (1 to 64 of A-Z a-z 0-9 . _ -): give --node-id")
+            }
             c.cluster = try ClusterSettings(
-                cluster: clusterURLs, nodeID: try setting(nodeId, "ROLLCALL_NODE_ID", default: c.brokerID),
+                cluster: clusterURLs, nodeID: nodeID,
                 leaseMilliseconds: try setting(nodeLeaseMs, "ROLLCALL_NODE_LEASE_MS", default: 5_000))
         } else if nodeId != nil || nodeLeaseMs != nil {
             throw ConfigurationError("--node-id", "and --node-lease-ms need --cluster")

@@ -132,4 +132,39 @@ import Testing
             snapshot: [EtcdKeyValue(key: keys.key(.cluster), value: "1795235829510000")], revision: 9)
         #expect(fromSnapshot.seq(at: 10) == fromWatch.seq(at: 10))
     }
+
+    /// A `cluster` value no base could be (too large to add a revision to, or not a number: an operator's edit) is
+    /// ignored, from the watch and from a snapshot, and a base once learned stays whatever a snapshot says later.
+    @Test func aBadBaseIsIgnoredAndALearnedOneStays() {
+        var replica = ClusterReplica()
+        _ = replica.apply([put(.cluster, "18446744073709551615", at: 2)])
+        #expect(replica.seqBase == nil)
+        _ = replica.load(snapshot: [EtcdKeyValue(key: keys.key(.cluster), value: "not a number")], revision: 3)
+        #expect(replica.seqBase == nil)
+        _ = replica.load(snapshot: [EtcdKeyValue(key: keys.key(.cluster), value: "1795235829510000")], revision: 4)
+        #expect(replica.seq(at: 5) == 1_795_235_829_510_005)
+        _ = replica.load(snapshot: [EtcdKeyValue(key: keys.key(.cluster), value: "1000")], revision: 6)
+        #expect(replica.seqBase == 1_795_235_829_510_000)
+    }
+
+    /// A session put without a live incarnation (by hand: no node's lease would ever end it) is not taken, from the
+    /// watch or from a snapshot; one put with its incarnation is.
+    @Test func aSessionWithoutALiveIncarnationIsIgnored() {
+        let orphan = ClusterKeys.SessionKey(incarnation: b, id: "1")
+        let owned = ClusterKeys.SessionKey(incarnation: a, id: "1")
+        var replica = ClusterReplica()
+        let changes = replica.apply([
+            put(.session(orphan), "mallory", at: 2), put(.node(a), "{}", at: 3), put(.session(owned), "ann", at: 3),
+        ])
+        #expect(replica.sessions == [owned: "ann"])
+        #expect(!changes.contains { if case .sessionPut(orphan, _, _) = $0 { true } else { false } })
+        var loaded = ClusterReplica()
+        _ = loaded.load(
+            snapshot: [
+                EtcdKeyValue(key: keys.key(.node(a)), value: "{}"),
+                EtcdKeyValue(key: keys.key(.session(owned)), value: "ann"),
+                EtcdKeyValue(key: keys.key(.session(orphan)), value: "mallory"),
+            ], revision: 9)
+        #expect(loaded.sessions == [owned: "ann"])
+    }
 }

@@ -266,6 +266,28 @@ extension Integration {
             #expect(!log.records.dropFirst().contains { $0.record.status == .offline })
         }
 
+        /// A session that ends while its node is frozen past its lease does not come back when the node joins again
+        /// under a new lease: the node writes its live sessions again, and the bye queued meanwhile is taken first.
+        @Test func aSessionEndedWhileCutOffStaysEnded() throws {
+            let cluster = try ClusterFixture()
+            let log = try cluster.subscriber(1, bob)
+            let pipeline = try RequestPipeline(endpoint: cluster.nodes[0].command)
+            let granted = try pipeline.call(.hello(hello(bob)))
+            guard let session = granted["session"]?.string else { throw TestFailure("no session: \(granted)") }
+            try log.wait(for: "bob online") { $0.status == .online }
+            kill(cluster.nodes[0].pid, SIGSTOP)
+            // The bye waits in the frozen node's socket; the node reads it when it runs again, with its lease gone.
+            try pipeline.send(Codec.encodeRequest(.bye(session: SessionID(session))))
+            try log.wait(for: "bob lost with his node", timeout: 10_000) { $0.reason == .nodeLost }
+            kill(cluster.nodes[0].pid, SIGCONT)
+            try cluster.waitForState(0, .live)
+            try log.drain(milliseconds: 1_500)
+            let lost = log.records.firstIndex { $0.record.reason == .nodeLost }!
+            let after = log.records[(lost + 1)...].map(\.record)
+            print("cluster: after the frozen node's rejoin bob's records: \(after.map { "\($0.status)" })")
+            #expect(!after.contains { $0.status.isAvailable })
+        }
+
         /// A node cut off from etcd (its only etcd member SIGSTOPped) says so, refuses new sessions and reads with
         /// cluster_unavailable, and serves again once etcd answers, without a restart; nobody ends meanwhile.
         @Test func aCutOffNodeSaysSoAndComesBack() throws {

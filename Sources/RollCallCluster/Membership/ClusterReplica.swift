@@ -51,7 +51,18 @@ public struct ClusterReplica: Sendable, Equatable {
     /// `seq` a single-node broker issued before the cluster was made (the base is the time the first node joined,
     /// in milliseconds × 1000, the single-node broker's own rule). `nil` until the base is known.
     public func seq(at revision: Int64) -> UInt64? {
-        seqBase.map { $0 + UInt64(max(0, revision)) }
+        seqBase.map { $0 + UInt64(max(0, revision)) }  // a base is at most ``maxSeqBase``: no overflow
+    }
+
+    /// The largest `cluster` value taken as a base: about 36,000 years of milliseconds × 1000, and far from
+    /// `UInt64.max`, so that base + revision cannot overflow. A larger or unreadable value (an operator's edit) is
+    /// ignored: it must not take the nodes down.
+    public static let maxSeqBase: UInt64 = 1 << 60
+
+    /// The base written in `value`, if it is one.
+    static func seqBase(_ value: String) -> UInt64? {
+        guard let base = UInt64(value), base <= maxSeqBase else { return nil }
+        return base
     }
 
     public init(keys: ClusterKeys = ClusterKeys()) { self.keys = keys }
@@ -87,10 +98,14 @@ public struct ClusterReplica: Sendable, Equatable {
             case .session(let session): fresh.sessions[session] = kv.value
             case .user(let user): fresh.users[user] = kv.value
             case .group(let group): fresh.groups[group] = kv.value
-            case .cluster: fresh.seqBase = UInt64(kv.value)
+            // Written once; the base a node learned first stays, whatever the key says now (a later value, an
+            // operator's mistake, must not move seqs back or apart between nodes).
+            case .cluster: fresh.seqBase = seqBase ?? Self.seqBase(kv.value)
             case nil: continue
             }
         }
+        // A session lives only under a live incarnation (a node's lease): one put by hand without one would never end.
+        fresh.sessions = fresh.sessions.filter { fresh.incarnations[$0.key.incarnation] != nil }
         var changes: [Change] = []
         for (incarnation, value) in fresh.incarnations.sorted(by: { $0.key.description < $1.key.description })
         where incarnations[incarnation] != value {
@@ -147,6 +162,9 @@ public struct ClusterReplica: Sendable, Equatable {
                     ended.append(.incarnationEnded(incarnation, revision: revision))
                 }
             case (.session(let session), .put):
+                // Only under a live incarnation: a node writes its incarnation before (or with) its sessions, and a
+                // session put by hand without one would have no lease to end it.
+                guard incarnations[session.incarnation] != nil else { continue }
                 sessions[session] = event.kv.value
                 changes.append(.sessionPut(session, value: event.kv.value, revision: revision))
             case (.session(let session), .delete):
@@ -165,7 +183,7 @@ public struct ClusterReplica: Sendable, Equatable {
                 if groups.removeValue(forKey: group) != nil { changes.append(.groupDeleted(group, revision: revision)) }
             case (.cluster, .put):
                 // Written once; a later value (an operator's mistake) must not move seqs back.
-                if seqBase == nil { seqBase = UInt64(event.kv.value) }
+                if seqBase == nil { seqBase = Self.seqBase(event.kv.value) }
             case (.cluster, .delete):
                 continue
             case (nil, _):

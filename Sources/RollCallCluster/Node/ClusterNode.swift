@@ -162,6 +162,8 @@ public final class ClusterNode: Sendable {
         /// The node's live sessions, by id: written again under a new lease when the node joins again.
         var localSessions: [String: String] = [:]
         var keepAliveFailed = false
+        /// Whether this process has joined once (the revocation of earlier runs is done then only).
+        var hasJoined = false
 
         init(node: ClusterNode) {
             self.node = node
@@ -243,7 +245,10 @@ public final class ClusterNode: Sendable {
                     try register(lease: lease)
                     let revision = try resync()
                     perform(membership.handle(.snapshotLoaded(revision: revision, nowMs: sent)))
-                    revokePreviousIncarnations()
+                    // Only at this process's first join: a rejoin revoking "previous" incarnations would revoke a
+                    // live process that shares the node id, which would revoke back, for ever.
+                    if !hasJoined { revokePreviousIncarnations() }
+                    hasJoined = true
                 } catch {
                     perform(membership.handle(.callFailed(nowMs: sent)))
                 }
@@ -285,6 +290,9 @@ public final class ClusterNode: Sendable {
         /// Writes the incarnation's key and the node's live sessions under `lease`, in one transaction, with the
         /// cluster's seq base if no node wrote it before.
         mutating func register(lease: Int64) throws {
+            // Writes queued while the node was not live come first: a session they end is not written again (it
+            // would come back online under the new lease), one they change is written as it is now.
+            for write in node.shared.withLock({ $0.writes }) { noteLocal(write) }
             let incarnation = ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)
             var operations: [EtcdOperation] = [
                 .put(key: keys.key(.node(incarnation)), value: node.configuration.description, lease: lease)
@@ -349,22 +357,41 @@ public final class ClusterNode: Sendable {
         static let maxOperations = 128
 
         /// The longest run of writes at the head of `writes` that fits one transaction: at most
-        /// ``maxOperations`` operations, and no key twice (etcd refuses a transaction that names a key twice).
+        /// ``maxOperations`` operations, no key twice (etcd refuses a transaction that names a key twice), and either
+        /// only writes under the node's lease or none: a transaction with a session put fails whole if the lease is
+        /// gone, and a group or a user's key in it would be lost with it.
         func nextBatch(_ writes: ArraySlice<Write>) -> ArraySlice<Write> {
             var keys: Set<String> = []
             var operations = 0
             var end = writes.startIndex
+            let leased = Self.needsLease(writes[writes.startIndex])
             while end < writes.endIndex {
                 let these = self.operations(for: writes[end]).map(\.key)
                 guard
                     end == writes.startIndex
-                        || (operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these))
+                        || (operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these)
+                            && Self.needsLease(writes[end]) == leased)
                 else { break }
                 keys.formUnion(these)
                 operations += these.count
                 end += 1
             }
             return writes[writes.startIndex..<end]
+        }
+
+        /// Whether a write puts a key under the node's lease (and so fails if the lease is gone).
+        static func needsLease(_ write: Write) -> Bool {
+            if case .putSession = write { return true }
+            return false
+        }
+
+        /// Notes what a write does to the node's live sessions, which a join writes again under a new lease.
+        mutating func noteLocal(_ write: Write) {
+            switch write {
+            case .putSession(let id, let value, _): localSessions[id] = value
+            case .endSession(let id, _): localSessions[id] = nil
+            default: break
+            }
         }
 
         /// What one write changes in etcd.
@@ -391,13 +418,7 @@ public final class ClusterNode: Sendable {
         /// Sends a batch of writes as one transaction; returns `false` when etcd could not answer and the batch
         /// should be tried again.
         mutating func perform(_ batch: ArraySlice<Write>) -> Bool {
-            for write in batch {
-                switch write {
-                case .putSession(let id, let value, _): localSessions[id] = value
-                case .endSession(let id, _): localSessions[id] = nil
-                default: break
-                }
-            }
+            for write in batch { noteLocal(write) }
             let sent = nowMs
             do {
                 let result = try client.txn(compare: [], success: batch.flatMap { operations(for: $0) })
