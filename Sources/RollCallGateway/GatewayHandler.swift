@@ -42,6 +42,9 @@ final class GatewayHandler: ChannelDuplexHandler {
     private var held: [[UInt8]] = []
     /// A ping was sent and nothing has come from the peer since.
     private var awaitingPeer = false
+    /// A pong on its way to the peer, and the payload of the latest ping that came meanwhile.
+    private var pongInFlight = false
+    private var nextPong: ByteBuffer?
     /// The connections of this server on this event loop (their pings, the server's stop); `nil` once ended.
     private var table: LoopConnections?
     private var timer: Scheduled<Void>?
@@ -129,6 +132,14 @@ final class GatewayHandler: ChannelDuplexHandler {
         data.writeInteger(error == .invalidFrameLength ? UInt16(1009) : 1002)
         context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)))
             .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        armCut(context)
+    }
+
+    /// Cuts the TCP connection ``cutAfter`` from now: a close frame a peer does not read (its write never completes)
+    /// must not keep the connection, its slot and its sessions for ever.
+    private func armCut(_ context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = context.eventLoop.assumeIsolated().scheduleTask(in: Self.cutAfter) { context.close(promise: nil) }
     }
 
     // MARK: Reading
@@ -181,8 +192,7 @@ final class GatewayHandler: ChannelDuplexHandler {
             }
         case .ping:
             guard !closing else { return }
-            context.writeAndFlush(
-                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+            pong(frame.unmaskedData, context: context)
         case .connectionClose:
             guard !closing else { return context.close(promise: nil) }  // the answer to ours
             // The peer closes: echo its code, then close the TCP connection.
@@ -193,9 +203,25 @@ final class GatewayHandler: ChannelDuplexHandler {
             answer.writeInteger(code)
             context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: answer)))
                 .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            armCut(context)
         default:
             break  // pong: the peer is alive, which is all a pong says
         }
+    }
+
+    /// Answers a ping with at most one pong on its way at a time (RFC 6455 §5.5.3 lets an endpoint answer only the
+    /// latest ping): a peer that sends pings and never reads makes the connection hold one pong and one payload, not
+    /// one pong per ping.
+    private func pong(_ payload: ByteBuffer, context: ChannelHandlerContext) {
+        guard !pongInFlight else { return nextPong = payload }
+        pongInFlight = true
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: payload)))
+            .assumeIsolated().whenComplete { _ in
+                self.pongInFlight = false
+                guard let next = self.nextPong, let context = self.context, !self.closing else { return }
+                self.nextPong = nil
+                self.pong(next, context: context)
+            }
     }
 
     private func received(_ message: ByteBuffer, text: Bool) {
@@ -328,8 +354,10 @@ final class GatewayHandler: ChannelDuplexHandler {
     private func scheduleExpiry() {
         guard grant != nil, let context, !closing else { return }
         timer?.cancel()
-        let left = Double(expires) - Date().timeIntervalSince1970
-        timer = context.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(Int64(max(0, left) * 1e9))) {
+        // At most a day ahead (the timer sets itself again when it fires early): an `exp` centuries away must not
+        // trap the conversion to nanoseconds.
+        let left = min(max(0, Double(expires) - Date().timeIntervalSince1970), 86_400)
+        timer = context.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(Int64(left * 1e9))) {
             guard Double(self.expires) <= Date().timeIntervalSince1970 else { return self.scheduleExpiry() }
             self.outbox?.close(code: GatewayCloseCode.tokenExpired, reason: "token expired")
         }

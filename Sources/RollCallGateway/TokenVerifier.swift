@@ -114,6 +114,8 @@ public struct TokenVerifier: Sendable {
         case "operator": role = .operator
         case let other: throw Refusal(description: "unknown role '\(other)'")
         }
-        return Grant(user: user, role: role, expires: Int64(claims.exp.value.timeIntervalSince1970.rounded(.down)))
+        // A signed `exp` far in the future (after the year 2262) must not trap the conversion: clamp it.
+        let seconds = min(max(claims.exp.value.timeIntervalSince1970.rounded(.down), -9e18), 9e18)
+        return Grant(user: user, role: role, expires: Int64(seconds))
     }
 }

@@ -312,7 +312,8 @@ final class WebSocketLink {
             refreshAt = .max
             return
         }
-        let left = Int64((expires - Date().timeIntervalSince1970) * 1_000)
+        // Clamped: an `exp` centuries away must not trap the conversion (a day is far enough to plan).
+        let left = Int64(min(max(expires - Date().timeIntervalSince1970, 0), 86_400) * 1_000)
         refreshAt = now + max(0, left - min(60_000, max(1_000, left / 4)))
     }
 

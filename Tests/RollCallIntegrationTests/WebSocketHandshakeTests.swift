@@ -1,6 +1,7 @@
 import Foundation
 import RollCallBroker
 import RollCallCore
+import RollCallTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -88,6 +89,44 @@ extension Integration {
                 #expect(read.count >= 4)
                 #expect(read.first == 0x88)
                 #expect(read.count >= 4 && UInt16(read[2]) << 8 | UInt16(read[3]) == 1009)
+            }
+        }
+
+        /// A validly signed token whose `exp` is centuries away (past what a 64-bit count of nanoseconds holds) is
+        /// taken like any other: the connection works, and nothing traps (the expiry timer is clamped).
+        @Test func farFutureExpiryIsNoCrash() async throws {
+            try await withGateway { gateway in
+                let token = try await gateway.token("kim", expiresIn: 1e12)
+                let raw = try RawWebSocket(port: gateway.port, path: "/v1/ws?token=\(token)")
+                #expect(try raw.status() == 101)
+                try raw.send(#"{"op":"ping","id":7}"#)
+                var buffer = [UInt8](repeating: 0, count: 4_096)
+                let count = recv(raw.descriptor, &buffer, buffer.count, 0)
+                let reply = count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
+                print("a token expiring in 10^12 s: the ping's reply \(reply.prefix(80))")
+                #expect(reply.contains(#""id":7"#))
+            }
+        }
+
+        /// A peer that sends pings and never reads makes the connection hold one pong at a time, not one per ping:
+        /// 100,000 pings (13 MB) grow the broker's memory by little (before: about 400 bytes a ping, for ever).
+        @Test func pingsFromAPeerThatNeverReadsHoldOnePong() async throws {
+            try await withGateway(tokens: false) { gateway in
+                let raw = try RawWebSocket(port: gateway.port, path: "/v1/ws", receiveBuffer: 4_096)
+                #expect(try raw.status() == 101)
+                let mask: [UInt8] = [1, 2, 3, 4]
+                let ping = [0x89, 0x80 | 125] + mask + [UInt8](repeating: 0x78, count: 125)
+                let chunk = Array([[UInt8]](repeating: ping, count: 1_000).joined())
+                let before = ProcessStats.residentBytes(pid: getpid())
+                for _ in 0..<100 { try raw.sendRaw(chunk) }
+                // The broker has read them all once it answers a request sent after them.
+                try raw.send(#"{"op":"ping","id":9}"#)
+                try await Task.sleep(for: .milliseconds(300))
+                let grown = ProcessStats.residentBytes(pid: getpid()) - before
+                print(
+                    "100,000 pings from a peer that never reads: the test process (broker included) grew \(grown / 1_024) KiB"
+                )
+                #expect(grown < 8 * 1_024 * 1_024)
             }
         }
     }
