@@ -26,7 +26,7 @@ public enum CodecBenchmark {
         for index in 0..<iterations {
             var envelope: RequestEnvelope?
             decode += clock.measure { envelope = try? Codec.decodeRequest(bodies[index % bodies.count]).get() }
-            guard let envelope, case .status(let session, let status, let text) = envelope.request else { continue }
+            guard let envelope, case .status(let session, let status, let text, _) = envelope.request else { continue }
             var outcome: Outcome<Void>?
             apply += clock.measure {
                 outcome = core.setStatus(session: session, status: status, text: text, now: now + Int64(index))

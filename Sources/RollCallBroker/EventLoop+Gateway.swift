@@ -119,7 +119,7 @@ extension EventLoop {
         }
         gateway.peers[id] = peer
         deliver(Codec.encodeGatewayReply(id: requestID), to: id)
-        let now = clock.now()
+        let now = loopBeat.now
         for topic in topics where new.contains(topic.bytes) && topic != .allPresence {
             logger.debug("websocket subscribed", metadata: ["connection": "\(id)", "topic": "\(topic.text)"])
             if replays.request(topic, now: now) { replay(topic) }

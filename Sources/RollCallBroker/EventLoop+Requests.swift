@@ -143,7 +143,11 @@ extension EventLoop {
             return outcome.reply.map(Reply.hello)
         case .heartbeat(let session):
             return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
-        case .status(let session, let status, let text):
+        case .status(let session, let status, let text, let after?):
+            return core.holdStatus(
+                session: session, status: status, text: text, after: after, connection: connection, now: now
+            ).reply.map { $0 ? .held : .done }
+        case .status(let session, let status, let text, nil):
             let outcome = core.setStatus(
                 session: session, status: status, text: text, connection: connection, now: now)
             performLocal(outcome.actions, now: now)

@@ -45,7 +45,7 @@ extension EventLoop {
                 logger.debug("subscribed to every user")
             case .presence, .group, .broker:
                 logger.debug("subscribed", metadata: ["topic": "\(topic.text)"])
-                if replays.request(topic, now: clock.now()) { replay(topic) }
+                if replays.request(topic, now: loopBeat.now) { replay(topic) }
             }
         }
     }
@@ -142,9 +142,10 @@ extension EventLoop {
         }
     }
 
-    /// Publishes the replays whose topic's interval has closed.
-    func publishDueReplays(now: BrokerTime) {
-        for topic in replays.takeDue(now: now) { replay(topic) }
+    /// Publishes the replays whose topic's interval has closed (on the monotonic clock: ReplayCoalescer.swift).
+    func publishDueReplays() {
+        guard replays.nextDue != nil else { return }
+        for topic in replays.takeDue(now: loopBeat.now) { replay(topic) }
     }
 
     /// Publishes what a subscriber of `topic` gets at once: the current record, group aggregate or heartbeat.

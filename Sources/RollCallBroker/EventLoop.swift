@@ -198,13 +198,12 @@ final class EventLoop {
         }
     }
 
-    /// The earliest of the core's next deadline, the broker heartbeat, the next store write and the next
-    /// coalesced replay.
+    /// The earliest of the core's next deadline, the broker heartbeat and the next store write, on the broker's
+    /// clock. (Coalesced replays wait on the monotonic clock: ``pollTimeout()``.)
     var nextDeadline: BrokerTime {
         var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
         if let due = cluster?.view.nextDeadline { deadline = min(deadline, due) }
         if let nextWrite { deadline = min(deadline, nextWrite) }
-        if let due = replays.nextDue { deadline = min(deadline, due) }
         if let trimAt { deadline = min(deadline, trimAt) }
         return deadline
     }
@@ -221,7 +220,9 @@ final class EventLoop {
         // XPUB never signals room to send: while updates wait for a full subscriber, retry every millisecond.
         if !pending.isEmpty { return 1 }
         let wait = max(0, nextDeadline - clock.now())
-        return Int(clock.isManual && wait > 0 ? Self.longestWait : min(wait, Self.longestWait))
+        var timeout = clock.isManual && wait > 0 ? Self.longestWait : min(wait, Self.longestWait)
+        if let due = replays.nextDue { timeout = min(timeout, max(0, due - loopBeat.now)) }
+        return Int(timeout)
     }
 
     /// Does everything due by `now`: ends expired sessions, flushes group batches, sends the broker heartbeat, and
@@ -230,7 +231,7 @@ final class EventLoop {
         if !pending.isEmpty { flushPublications(now: now) }
         performLocal(core.tick(now: now), now: now)
         if let cluster { perform(cluster.view.tick(now: now), now: now) }
-        publishDueReplays(now: now)
+        publishDueReplays()
         if now >= nextHeartbeat {
             enqueue(Topic.broker.bytes, .heartbeat)
             nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
@@ -269,7 +270,7 @@ final class EventLoop {
     /// expiries and group flushes happen at their own times and in order, as on the real clock. The broker heartbeat
     /// goes out at most once per stop (a year's advance is not 31 million heartbeats).
     func advance(to target: BrokerTime) {
-        while let due = [core.nextDeadline, replays.nextDue].compactMap({ $0 }).min(), due <= target {
+        while let due = core.nextDeadline, due <= target {
             clock.move(to: due)
             fireDeadlines(now: clock.now())
         }

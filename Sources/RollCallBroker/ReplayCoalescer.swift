@@ -8,17 +8,17 @@ import RollCallWire
 struct ReplayCoalescer {
     let interval: Int64
     /// When each topic last had a replay, for topics that had one within about the interval.
-    private var last: [Topic: BrokerTime] = [:]
+    private var last: [Topic: Int64] = [:]
     /// Replays waiting for their topic's interval to close, with the time it closes.
-    private var waiting: [Topic: BrokerTime] = [:]
+    private var waiting: [Topic: Int64] = [:]
     private var pruneAt = 65_536
     /// The earliest time a waiting replay is due.
-    private(set) var nextDue: BrokerTime?
+    private(set) var nextDue: Int64?
 
     init(interval: Int64) { self.interval = interval }
 
     /// Whether to send the replay for `topic` now; if not, it is sent by ``takeDue(now:)`` later.
-    mutating func request(_ topic: Topic, now: BrokerTime) -> Bool {
+    mutating func request(_ topic: Topic, now: Int64) -> Bool {
         if waiting[topic] != nil { return false }
         if let at = last[topic], now - at < interval {
             let due = at + interval
@@ -36,7 +36,7 @@ struct ReplayCoalescer {
     }
 
     /// The waiting replays that are due at `now`.
-    mutating func takeDue(now: BrokerTime) -> [Topic] {
+    mutating func takeDue(now: Int64) -> [Topic] {
         guard let due = nextDue, due <= now else { return [] }
         nextDue = nil
         var ready: [Topic] = []

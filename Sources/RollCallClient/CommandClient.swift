@@ -160,6 +160,15 @@ public final class CommandClient {
         _ = try call(.status(session: session, status: status, text: text))
     }
 
+    /// Holds a change of status for `after` ms (`after_ms`, docs/protocol.md §6.3): it takes effect then unless the
+    /// session asks for another status or says bye first. Returns whether the broker holds it (`false`: the session
+    /// already has that status and text, and any held change was cancelled).
+    @discardableResult
+    public func setStatus(_ session: SessionID, _ status: Status, text: String? = nil, after: Int64) throws -> Bool {
+        let fields = try call(.status(session: session, status: status, text: text, afterMilliseconds: after))
+        return fields[JSONKey("held")] == .bool(true)
+    }
+
     public func bye(_ session: SessionID) throws { _ = try call(.bye(session: session)) }
 
     /// The current records of `users`. A reply the broker paged (`next`) is followed up to the last user.

@@ -2,10 +2,13 @@ import HeapModule
 
 /// Liveness: sessions that stop talking for their TTL end.
 extension PresenceCore {
-    /// Does what time brings by `now`: ends every session whose TTL, grace period or placeholder has run out, then
-    /// flushes every group whose batch window has closed. Returns the records and group messages to publish.
+    /// Does what time brings by `now`: ends every session whose TTL, grace period or placeholder has run out,
+    /// applies the held status changes that came due (a session that ended first drops its own), then flushes every
+    /// group whose batch window has closed. Returns the records and group messages to publish.
     public mutating func tick(now: BrokerTime) -> [Action] {
-        expire(now: now).map(Action.publish) + flushGroups(now: now).map(Action.publishGroup)
+        var actions = expire(now: now).map(Action.publish)
+        if let due = heldChanges.min?.at, due <= now { actions += applyHeldChanges(now: now).map(Action.publish) }
+        return actions + flushGroups(now: now).map(Action.publishGroup)
     }
 
     /// Ends every session whose deadline has come by `now`; returns the records to publish.

@@ -103,21 +103,26 @@ extension PresenceCore {
         session id: SessionID, status: Status, text: String?, connection: ConnectionID? = nil, now: BrokerTime
     ) -> Outcome<Void> {
         if let error = validate(text: text) { return Outcome(.failure(error)) }
-        guard let user = touch(id, connection: connection, now: now) else { return unknownSession(id) }
-        let text = normalized(text)
-        var updates: [PresenceRecord] = []
-        if sessions[id]!.status != status || !sameBytes(sessions[id]!.text, text) {
-            statusChanges += 1
-            if sessions[id]!.status == .invisible { invisibleSessionCount -= 1 }
-            if status == .invisible { invisibleSessionCount += 1 }
-            sessions[id]!.status = status
-            sessions[id]!.text = text
-            sessions[id]!.statusOrder = statusChanges
-            if recordsSessionEvents { sessionEvents.append(.changed(id, user)) }
-            // Going invisible looks to others exactly like that session saying bye.
-            updates = refresh(user, now: now, reason: status == .invisible ? .bye : .status)
+        guard touch(id, connection: connection, now: now) != nil else { return unknownSession(id) }
+        // A status asked for now replaces one the session held for later (PresenceCore+HeldStatus.swift).
+        sessions[id]!.held = nil
+        return Outcome(.success(()), updates: change(id, to: status, text: normalized(text), now: now))
+    }
+
+    /// Sets live session `id`'s status and text; returns the record to publish if its user's record changed.
+    mutating func change(_ id: SessionID, to status: Status, text: String?, now: BrokerTime) -> [PresenceRecord] {
+        guard let session = sessions[id], session.status != status || !sameBytes(session.text, text) else {
+            return []
         }
-        return Outcome(.success(()), updates: updates)
+        statusChanges += 1
+        if session.status == .invisible { invisibleSessionCount -= 1 }
+        if status == .invisible { invisibleSessionCount += 1 }
+        sessions[id]!.status = status
+        sessions[id]!.text = text
+        sessions[id]!.statusOrder = statusChanges
+        if recordsSessionEvents { sessionEvents.append(.changed(id, session.user)) }
+        // Going invisible looks to others exactly like that session saying bye.
+        return refresh(session.user, now: now, reason: status == .invisible ? .bye : .status)
     }
 
     /// Ends a session at once (logout).
@@ -205,12 +210,12 @@ extension PresenceCore {
         .failure(.unknownSession, "session \(id) is unknown or has ended; say hello again")
     }
 
-    private func validate(text: String?) -> PresenceError? {
+    func validate(text: String?) -> PresenceError? {
         guard let text, text.unicodeScalars.count > configuration.maxTextLength else { return nil }
         return PresenceError(.badRequest, "text is longer than \(configuration.maxTextLength) characters")
     }
 
-    private func normalized(_ text: String?) -> String? {
+    func normalized(_ text: String?) -> String? {
         guard let text, !text.isEmpty else { return nil }
         return text
     }

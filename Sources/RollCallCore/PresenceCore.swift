@@ -68,6 +68,8 @@ public struct PresenceCore: Sendable {
     var users: [UserID: User] = [:]
     var connections: [ConnectionID: Set<SessionID>] = [:]
     var expiries = Heap<ExpiryCheck>()
+    /// When held status changes come due (PresenceCore+HeldStatus.swift); entries of replaced holds stay until then.
+    var heldChanges = Heap<ExpiryCheck>()
     var statusChanges: UInt64 = 0
     var groups: [GroupID: GroupState] = [:]
     var memberships: [UserID: Set<GroupID>] = [:]
@@ -133,12 +135,18 @@ public struct PresenceCore: Sendable {
     /// The number of users available now.
     public internal(set) var availableUserCount = 0
 
-    /// When ``tick(now:)`` next has work to do (a session to end, a group batch to flush); `nil` when none.
+    /// When ``tick(now:)`` next has work to do (a session to end, a held status to apply, a group batch to flush);
+    /// `nil` when none.
     public var nextDeadline: BrokerTime? {
-        switch (expiries.min?.at, groupFlushes.min?.at) {
-        case (let a?, let b?): min(a, b)
-        case (let a, let b): a ?? b
-        }
+        earliest(earliest(expiries.min?.at, heldChanges.min?.at), groupFlushes.min?.at)
+    }
+}
+
+/// The earlier of two optional times; `nil` only when both are.
+func earliest(_ a: BrokerTime?, _ b: BrokerTime?) -> BrokerTime? {
+    switch (a, b) {
+    case (let a?, let b?): min(a, b)
+    case (let a, let b): a ?? b
     }
 }
 

@@ -46,6 +46,8 @@ extension PresenceCore {
         let keptByConnection: Bool
         var expiresAt: BrokerTime
         private(set) var state: State
+        /// A change it asked for with `after_ms`, not yet in effect (PresenceCore+HeldStatus.swift).
+        var held: HeldChange?
 
         /// A session opened by `hello`, attached to the connection it came over.
         init(

@@ -56,7 +56,7 @@ public enum Authorization {
                 return forbidden(role, "hello as \(hello.user)")
             }
             return role == .reader ? forbidden(role, "hello") : nil
-        case .heartbeat(let session), .status(let session, _, _), .bye(let session):
+        case .heartbeat(let session), .status(let session, _, _, _), .bye(let session):
             switch role {
             case .operator: return nil
             case .reader: return forbidden(role, "\(request.op) on a session")

@@ -37,7 +37,7 @@ extension Codec {
         case .heartbeat(let session), .bye(let session):
             writer.key("session")
             writer.string(session.rawValue)
-        case .status(let session, let status, let text):
+        case .status(let session, let status, let text, let after):
             writer.key("session")
             writer.string(session.rawValue)
             writer.key("status")
@@ -45,6 +45,10 @@ extension Codec {
             if let text {
                 writer.key("text")
                 writer.string(text)
+            }
+            if let after {
+                writer.key("after_ms")
+                writer.integer(after)
             }
         case .query(let users):
             writer.key("users")

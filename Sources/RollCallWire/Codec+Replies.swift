@@ -46,6 +46,9 @@ extension Codec {
         switch reply {
         case .done:
             break
+        case .held:
+            writer.key("held")
+            writer.bool(true)
         case .hello(let granted):
             writer.key("session")
             writer.string(granted.session.rawValue)

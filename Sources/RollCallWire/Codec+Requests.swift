@@ -60,7 +60,14 @@ extension Codec {
             guard let status = try fields.status("status") else {
                 throw PresenceError(.badRequest, "field 'status' is required")
             }
-            return .status(session: try fields.requiredSession(), status: status, text: try fields.string("text"))
+            let after = try fields.integer("after_ms")
+            if let after, !(1...PresenceCore.maxHoldMilliseconds).contains(after) {
+                throw PresenceError(
+                    .badRequest, "field 'after_ms' must be from 1 to \(PresenceCore.maxHoldMilliseconds), not \(after)")
+            }
+            return .status(
+                session: try fields.requiredSession(), status: status, text: try fields.string("text"),
+                afterMilliseconds: after)
         case "bye":
             return .bye(session: try fields.requiredSession())
         case "query":

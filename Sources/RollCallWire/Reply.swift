@@ -6,6 +6,8 @@ public enum Reply: Equatable, Sendable {
     case hello(PresenceCore.Granted)
     /// `heartbeat`, `status`, `bye`: done, nothing more to say.
     case done
+    /// `status` with `after_ms`: the change is held, to take effect later if nothing replaces it.
+    case held
     /// `query`: the records asked for, each user once; `positions` holds, for each record, the index in the
     /// request's `users` where that user was first named (a paged reply's `next` is one of them). Empty positions
     /// stand for 0, 1, 2 and so on.

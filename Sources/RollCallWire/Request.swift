@@ -4,7 +4,8 @@ import RollCallCore
 public enum Request: Equatable, Sendable {
     case hello(PresenceCore.Hello)
     case heartbeat(session: SessionID)
-    case status(session: SessionID, status: Status, text: String?)
+    /// Sets a session's status and text, at once, or after `afterMilliseconds` if nothing else is asked first.
+    case status(session: SessionID, status: Status, text: String?, afterMilliseconds: Int64? = nil)
     case bye(session: SessionID)
     case query(users: [UserID])
     case ping

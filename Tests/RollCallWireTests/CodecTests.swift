@@ -24,6 +24,9 @@ struct RequestCodecTests {
         #expect(
             try decode(#"{"op":"status","session":"s1","status":"away"}"#).get().request
                 == .status(session: SessionID("s1"), status: .away, text: nil))
+        #expect(
+            try decode(#"{"op":"status","session":"s1","status":"offline","after_ms":5000}"#).get().request
+                == .status(session: SessionID("s1"), status: .offline, text: nil, afterMilliseconds: 5_000))
         #expect(try decode(#"{"op":"bye","session":"s1","id":"x"}"#).get().id == .string("x"))
         #expect(try decode(#"{"op":"query","users":["a","b"]}"#).get().request == .query(users: ["a".id, "b".id]))
         #expect(try decode(#"{"op":"ping","id":1.50}"#).get() == RequestEnvelope(id: .number("1.50"), request: .ping))
@@ -38,6 +41,10 @@ struct RequestCodecTests {
         (#"{"id":1}"#, .badRequest, true),
         (#"{"op":5,"id":1}"#, .badRequest, true),
         (#"{"op":"dance","id":1}"#, .unknownOp, true),
+        (#"{"op":"status","session":"s","status":"away","after_ms":0,"id":1}"#, .badRequest, true),
+        (#"{"op":"status","session":"s","status":"away","after_ms":600001,"id":1}"#, .badRequest, true),
+        (#"{"op":"status","session":"s","status":"away","after_ms":"5000","id":1}"#, .badRequest, true),
+        (#"{"op":"status","session":"s","status":"away","after_ms":5e3,"id":1}"#, .badRequest, true),
         (#"{"op":"hello","id":1}"#, .badRequest, true),
         (#"{"op":"hello","user":42,"id":1}"#, .badRequest, true),
         (#"{"op":"hello","user":"bad user","id":1}"#, .badUser, true),
@@ -151,6 +158,9 @@ struct ReplyCodecTests {
         #expect(
             String(decoding: Codec.encodeReply(id: .bool(true), .success(.done)), as: UTF8.self)
                 == #"{"ok":true,"id":true}"#)
+        #expect(
+            String(decoding: Codec.encodeReply(id: .number("2"), .success(.held)), as: UTF8.self)
+                == #"{"ok":true,"id":2,"held":true}"#)
     }
 }
 
