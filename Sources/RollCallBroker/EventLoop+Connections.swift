@@ -54,7 +54,7 @@ extension EventLoop {
 
     /// Ends the sessions of a connection that closed, after its queued edits and bye (EventLoop+Fairness.swift).
     private func close(_ connection: ConnectionTracker.Connection) {
-        if let routingID = connection.routingID { finishDeferredWork(routingID: routingID) }
+        if let routingID = connection.routingID { finishDeferredWork(.router(routingID)) }
         let now = clock.now()
         let actions = core.connectionClosed(connection.id, now: now)
         if !actions.isEmpty {

@@ -12,7 +12,22 @@ import RollCallWire
 /// which it works through in turns, one connection after the other, for at most ``expensiveSlice`` per loop round
 /// before it reads the ROUTER again. A connection that waits for an expensive answer has its later requests queued
 /// behind it, so each connection's replies still come in the order of its requests (docs/protocol.md §3.2).
+///
+/// One queue serves every door: a WebSocket connection's expensive reads wait their turn in it beside the ROUTER's,
+/// so the bound holds whatever transport the work came through (docs/reliability.md).
 extension EventLoop {
+    /// Whose turn a queue is: a command connection, by its routing id, or a WebSocket connection.
+    enum FairnessKey: Hashable {
+        case router([UInt8])
+        case webSocket(ConnectionID)
+    }
+
+    /// Where a reply goes: on the ROUTER with its envelope, or to a WebSocket connection.
+    enum ReplyRoute {
+        case router(envelope: [[UInt8]])
+        case webSocket(ConnectionID)
+    }
+
     /// What answering a request takes.
     enum Work {
         /// The answer is ready (a framing error or a rejected request).
@@ -23,25 +38,33 @@ extension EventLoop {
         /// A request body to decode and run when its turn comes: queued requests are kept as they came, since a
         /// decoded list of users takes several times the bytes of its JSON.
         case queued(body: [UInt8], connection: ConnectionID?, userID: String?)
+        /// A frame of a WebSocket connection, decoded by the gateway; what its token allows is looked up when it runs.
+        case gateway(Result<GatewayRequest, RequestRejection>)
 
         /// Whether the reply can be large: a group (a page of members) or a query of many users.
         var isExpensive: Bool {
-            guard case .request(let envelope, _, _, _) = self else { return false }
-            return envelope.request.isExpensive
+            switch self {
+            case .request(let envelope, _, _, _), .gateway(.success(.request(let envelope))):
+                envelope.request.isExpensive
+            default: false
+            }
         }
 
+        /// What it holds in the queue. A WebSocket frame counts nothing here: the gateway bounds what each
+        /// connection has in the loop (``GatewayOutbox/maxInFlight``).
         var bytes: Int {
             switch self {
             case .answer(let reply): reply.count
             case .request(_, _, _, let bytes): bytes
             case .queued(let body, _, _): body.count
+            case .gateway: 0
             }
         }
     }
 
     struct DeferredWork {
         var work: Work
-        var envelope: [[UInt8]]
+        var route: ReplyRoute
         var expensive: Bool
     }
 
@@ -51,15 +74,13 @@ extension EventLoop {
     /// libzmq's receive high-water mark holds further requests back.
     static let maxDeferredBytes = 8 * 1_048_576
 
-    /// Queues work for the connection of `envelope` (its routing id, the envelope's first frame), a request as its
-    /// body.
-    func enqueue(_ work: Work, body: [UInt8], envelope: [[UInt8]]) {
-        let key = envelope[0]
+    /// Queues work for the connection `key`, a ROUTER request as its body.
+    func enqueue(_ work: Work, body: [UInt8], key: FairnessKey, route: ReplyRoute) {
         if deferred[key] == nil {
             deferred[key] = []
             deferredOrder.append(key)
         }
-        var item = DeferredWork(work: work, envelope: envelope, expensive: work.isExpensive)
+        var item = DeferredWork(work: work, route: route, expensive: work.isExpensive)
         if case .request(_, let connection, let userID, _) = work {
             item.work = .queued(body: body, connection: connection, userID: userID)
         }
@@ -80,7 +101,7 @@ extension EventLoop {
             while let next = queue.first, first || !next.expensive {
                 queue.removeFirst()
                 deferredBytes -= next.work.bytes
-                answer(next.work, envelope: next.envelope)
+                answer(next.work, route: next.route)
                 first = false
             }
             if !queue.isEmpty {
@@ -95,16 +116,22 @@ extension EventLoop {
     /// connection's requests before its close (docs/protocol.md §10.4), so a `bye` queued behind a group read
     /// still counts as a bye, and a queued group edit still applies. Queued reads are dropped: nobody can read
     /// their replies, and running them at once would hold up the loop.
-    func finishDeferredWork(routingID: [UInt8]) {
-        guard let queue = deferred.removeValue(forKey: routingID) else { return }
+    func finishDeferredWork(_ key: FairnessKey) {
+        guard let queue = deferred.removeValue(forKey: key) else { return }
         for item in queue {
             deferredBytes -= item.work.bytes
-            guard case .queued(let body, let connection, let userID) = item.work,
-                case .success(let envelope) = Codec.decodeRequest(body, limits: configuration.presence),
-                !envelope.request.isRead
-            else { continue }
-            answer(
-                .request(envelope, connection: connection, userID: userID, bytes: body.count), envelope: item.envelope)
+            switch item.work {
+            case .queued(let body, let connection, let userID):
+                guard case .success(let envelope) = Codec.decodeRequest(body, limits: configuration.presence),
+                    !envelope.request.isRead
+                else { continue }
+                answer(
+                    .request(envelope, connection: connection, userID: userID, bytes: body.count), route: item.route)
+            case .gateway(.success(.request(let envelope))) where !envelope.request.isRead:
+                answer(item.work, route: item.route)
+            default:
+                continue
+            }
         }
     }
 }

@@ -53,8 +53,22 @@ extension EventLoop {
         gateway.peers[id]?.outbox.requestDone()
     }
 
-    /// Answers one frame of a WebSocket connection, in the order they came.
+    /// Takes one frame of a WebSocket connection: answered at once, or, when it is an expensive read or the
+    /// connection already waits for one, in its turn in the loop's one fair queue (EventLoop+Fairness.swift), so
+    /// that WebSocket reads cannot starve anyone either. Replies keep the order of the connection's requests.
     func handleGatewayRequest(_ request: Result<GatewayRequest, RequestRejection>, from id: ConnectionID) {
+        guard gateway.peers[id] != nil else { return }  // closed meanwhile: nobody reads the answer
+        let work = Work.gateway(request)
+        let key = FairnessKey.webSocket(id)
+        if work.isExpensive || (!deferred.isEmpty && deferred[key] != nil) {
+            enqueue(work, body: [], key: key, route: .webSocket(id))
+        } else {
+            answerGateway(request, from: id)
+        }
+    }
+
+    /// Answers one frame of a WebSocket connection.
+    func answerGateway(_ request: Result<GatewayRequest, RequestRejection>, from id: ConnectionID) {
         guard let peer = gateway.peers[id] else { return }  // closed meanwhile: nobody reads the answer
         defer { peer.outbox.requestDone() }
         switch request {
@@ -138,6 +152,9 @@ extension EventLoop {
 
     /// The connection closed, or the loop closes it: its subscriptions go, and its sessions end by the close path.
     func dropGatewayConnection(_ id: ConnectionID) {
+        guard gateway.peers[id] != nil else { return }
+        // Its queued writes (a bye behind a large read) still count, as on the command endpoint; its reads go.
+        finishDeferredWork(.webSocket(id))
         guard let peer = gateway.peers[id] else { return }
         for topic in peer.topics { unsubscribe(id, from: topic) }
         gateway.peers[id] = nil

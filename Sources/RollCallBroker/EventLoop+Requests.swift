@@ -77,17 +77,25 @@ extension EventLoop {
             }
         }
         // The look-up by routing id only when anything is queued at all: most rounds nothing is.
-        if work.isExpensive || (!deferred.isEmpty && deferred[frames[0].bytes] != nil) {
-            enqueue(work, body: bodies == 1 ? frames[bodyStart].bytes : [], envelope: envelope)
+        let key = FairnessKey.router(frames[0].bytes)
+        if work.isExpensive || (!deferred.isEmpty && deferred[key] != nil) {
+            enqueue(
+                work, body: bodies == 1 ? frames[bodyStart].bytes : [], key: key, route: .router(envelope: envelope))
         } else {
-            answer(work, envelope: envelope)
+            answer(work, route: .router(envelope: envelope))
         }
     }
 
-    /// Runs a request (or takes its ready answer) and sends the reply on its envelope.
-    func answer(_ work: Work, envelope: [[UInt8]]) {
+    /// Runs a request (or takes its ready answer) and sends the reply where it goes.
+    func answer(_ work: Work, route: ReplyRoute) {
+        guard case .router(let envelope) = route else {
+            if case .webSocket(let id) = route, case .gateway(let request) = work { answerGateway(request, from: id) }
+            return
+        }
         let reply: [UInt8]
         switch work {
+        case .gateway:
+            return  // a WebSocket frame always has a WebSocket route
         case .answer(let bytes):
             reply = bytes
         case .request(let request, let connection, let userID, _):

@@ -68,8 +68,8 @@ final class EventLoop {
     var trimLatest: BrokerTime?
     /// Expensive requests waiting for their turn, per routing id, and the order of the turns
     /// (EventLoop+Fairness.swift).
-    var deferred: [[UInt8]: Deque<DeferredWork>] = [:]
-    var deferredOrder: Deque<[UInt8]> = []
+    var deferred: [FairnessKey: Deque<DeferredWork>] = [:]
+    var deferredOrder: Deque<FairnessKey> = []
     var deferredBytes = 0
     /// WebSocket connections and their subscriptions (EventLoop+Gateway.swift).
     var gateway = GatewayTable()
