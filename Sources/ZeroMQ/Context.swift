@@ -36,7 +36,8 @@ public final class Context: @unchecked Sendable {
     public func terminate() {
         terminated.withLock { done in
             guard !done else { return }
-            while zmq_ctx_term(handle) != 0 && zmq_errno() == EINTR {}
+            // The funnel retries EINTR (a signal while it waits for sockets to close) and traps on EFAULT (a bug).
+            _ = try? zmqCheck("zmq_ctx_term") { zmq_ctx_term(handle) }
             done = true
         }
     }

@@ -173,7 +173,14 @@ public struct NodeMembership: Sendable {
 
         case (.tick(let now), _):
             return tick(now: now)
-        default:
+
+        // Answers that belong to another state: late answers to a call made before the node joined again or was cut
+        // off, or a repeated start. Named one by one rather than by `default`, so that a new event or state must be
+        // decided here.
+        case (.start, .live), (.start, .cutOff),
+            (.leaseGranted, .live), (.leaseGranted, .cutOff),
+            (.snapshotLoaded, .live), (.snapshotLoaded, .cutOff),
+            (.keepAliveAnswered, .joining), (.wrote, .joining), (.watchCompacted, .joining):
             return []
         }
     }
