@@ -133,8 +133,9 @@ export class RollCall {
     for (const user of users) {
       if (!this.#userFns.has(user)) this.#userFns.set(user, new Set());
       this.#userFns.get(user).add(entry);
+      // The current record first, if held already (a repeat of it from the broker is then dropped by its seq).
       const record = this.store.get(user);
-      if (record && this.#watch.topics.has(`presence/${user}/`)) queueMicrotask(() => entry.users.has(user) && fn(record));
+      if (record) queueMicrotask(() => entry.users.has(user) && fn(record));
     }
     this.#subscribe(this.#watch.follow(users.map((user) => `presence/${user}/`)));
     return (only) => {
@@ -168,7 +169,7 @@ export class RollCall {
     const view = this.store.group(id);
     if (view) queueMicrotask(() => entry.active && fn(view));
     const fresh = this.#watch.follow([`group/${id}/`]);
-    this.#subscribe(fresh).then(() => fresh.length && this.#ready && this.#readGroup(id), () => {});
+    this.#subscribe(fresh).then(() => fresh.length && this.#ready && this.#readGroupReporting(id), () => {});
     return () => {
       if (!entry.active) return;
       entry.active = false;
@@ -269,8 +270,15 @@ export class RollCall {
       else if (action === "refresh") this.#refresh();
       else if (action === "check") this.#check();
     }
+    if (this.#conn.state === "closed" && this.#conn.error) this.#refused(this.error);
     this.#emitState();
     this.#schedule();
+  }
+
+  /** The broker refuses the token: what waits for a connection fails with why (`reconnectNow` may try again). */
+  #refused(error) {
+    for (const waiting of this.#waiting.splice(0)) waiting.reject(error);
+    for (const session of this.#sessions) session._refused(error);
   }
 
   async #open() {
@@ -328,7 +336,9 @@ export class RollCall {
     this.#run(this.#conn.opened(this.#clock.now(), this.#tokenExp));
     for (const session of this.#sessions) session.machine.connectionOpened();
     this.#pump();
-    for (const waiting of this.#waiting.splice(0)) this.#send(waiting.request).then(waiting.resolve, waiting.reject);
+    for (const waiting of this.#waiting.splice(0)) {
+      this.#send(waiting.request, undefined, waiting.retry).then(waiting.resolve, waiting.reject);
+    }
     this.#resync();
   }
 
@@ -425,7 +435,7 @@ export class RollCall {
 
   /** A request from the application: sent now, or once connected. */
   #call(request, { retry }) {
-    if (this.#closing && this.#conn.state === "closed") return Promise.reject(new RollCallError("closed", "the client is closed"));
+    if (this.#conn.state === "closed") return Promise.reject(this.error ?? new RollCallError("closed", "the client is closed"));
     if (this.#ready) return this.#send(request, undefined, retry);
     return new Promise((resolve, reject) => this.#waiting.push({ request, resolve, reject, retry }));
   }
@@ -514,6 +524,12 @@ export class RollCall {
     } catch (error) {
       if (error?.code !== "disconnected" && error?.code !== "closed") this.#emit("error", asError(error, "resync"));
     }
+  }
+
+  #readGroupReporting(id) {
+    return this.#readGroup(id).catch((error) => {
+      if (error?.code !== "disconnected" && error?.code !== "closed") this.#emit("error", asError(error, "group"));
+    });
   }
 
   /** Every page of a group, applied as one read. */
@@ -713,6 +729,11 @@ export class Session {
       this.#rc._sendNow({ op: "bye", session: this.machine.session });
     }
     this.bye();
+  }
+
+  /** @internal: the client cannot connect (unauthorized): a session not granted yet fails with why. */
+  _refused(error) {
+    if (!this.machine.session) this.#rejectGranted(error);
   }
 
   /** @internal */
