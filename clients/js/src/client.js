@@ -116,7 +116,9 @@ export class RollCall {
 
   /** Opens a session for `user`; resolves once the broker granted it, rejects if it refused (`forbidden`...). */
   online({ user, status = "online", text = null, keepalive = "connection", device, ttlMs } = {}) {
-    if (this.#closing) return Promise.reject(new RollCallError("closed", "the client is closed"));
+    if (this.#closing || this.#conn.state === "closed") {
+      return Promise.reject(this.error ?? new RollCallError("closed", "the client is closed"));
+    }
     const machine = new SessionMachine({ user, status, text, keepalive, device, ttlMs });
     const session = new Session(this, machine);
     this.#sessions.add(session);
@@ -313,7 +315,8 @@ export class RollCall {
     };
     ws.onmessage = (event) => ws === this.#ws && this.#frame(event.data);
     ws.onclose = (event) => this.#closed(ws, event.code);
-    ws.onerror = () => {};
+    // Node 20's WebSocket fires only `error` when the upgrade fails (browsers fire `close` too): either ends it.
+    ws.onerror = () => !this.#wsOpened && this.#closed(ws, 1006);
   }
 
   /** On a fresh connection: learn the epoch (ping), subscribe to every followed topic, renew the sessions, read
@@ -386,9 +389,9 @@ export class RollCall {
     void reason;
   }
 
-  /** A browser cannot read why an upgrade failed; ask the same URL over plain HTTP: its status (401 for a refused
-   * token, 426 for a good one), "opaque" when the broker answers but the browser hides the status (cross-origin),
-   * or null when nothing answers. */
+  /** Why did the upgrade fail? A WebSocket never says; ask the same URL over plain HTTP: its status (the broker
+   * answers 426 to a request that is not an upgrade, whatever the token, 404 to a wrong path), "opaque" when the
+   * broker answers but the browser hides the status (cross-origin), or null when nothing answers. */
   async #probe(url) {
     if (!this.#fetch) return null;
     const http = url.replace(/^ws/, "http");

@@ -13,9 +13,10 @@ import { refreshTime } from "./token.js";
  * jittered backoff (reset once a connection has stayed up that long); a
  * connection closed with 4001 (token expired) is tried again at once with a fresh token, or, with a fixed token,
  * ends "closed" (every attempt would be refused); an upgrade refused with 401 is tried once more with a fresh token
- * (with `getToken`) and then ends "closed" with `unauthorized`, so a bad token never loops. A browser cannot read
- * the status of a cross-origin upgrade: an upgrade refused by a broker that answers HTTP ("opaque") counts as a
- * refusal, and three in a row end "closed" the same way. Tokens are refreshed a quarter of their remaining lifetime
+ * (with `getToken`) and then ends "closed" with `unauthorized`, so a bad token never loops. No WebSocket API says
+ * why an upgrade failed, and the shell's probe over plain HTTP gets 426 from the broker whatever the token (or an
+ * "opaque" answer, cross-origin in a browser): an upgrade refused by a broker that answers HTTP counts as a refusal,
+ * and three in a row end "closed" the same way. A 404 (no endpoint at that URL) ends "closed" with `bad_url`. Tokens are refreshed a quarter of their remaining lifetime
  * before `exp` (1 s to 60 s), and 5 s later again after a failed refresh.
  */
 export class ConnectionMachine {
@@ -75,7 +76,13 @@ export class ConnectionMachine {
       this.error = { code: "token_expired", message: "the token expired: asking for a fresh one" };
       return this.#retry(now, 0);
     }
-    const refused = !cause.opened && (cause.httpStatus === 401 || cause.httpStatus === "opaque");
+    if (!cause.opened && cause.httpStatus === 404) {
+      return this.#stop({ code: "bad_url", message: "no WebSocket endpoint at this URL (HTTP 404)" });
+    }
+    // The broker answers HTTP but refused the upgrade: a 401 if the probe could say so; otherwise (426 to the
+    // probe, or a status the browser hides) most likely the token too, or a broker at its connection cap (503).
+    const presumed = typeof cause.httpStatus === "number" ? cause.httpStatus !== 503 && cause.httpStatus < 500 : cause.httpStatus === "opaque";
+    const refused = !cause.opened && !cause.error && (cause.httpStatus === 401 || presumed);
     if (refused) {
       this.refusals += 1;
       const limit = cause.httpStatus === 401 ? (this.canRefreshToken ? 2 : 1) : 3;
@@ -85,7 +92,7 @@ export class ConnectionMachine {
           message:
             cause.httpStatus === 401
               ? "the broker refused the token (HTTP 401)"
-              : "the broker refused the connection (a browser cannot read why; most likely the token)",
+              : `the broker refused the upgrade ${limit} times in a row (a WebSocket cannot tell why: most likely the token)`,
         });
       }
     } else {

@@ -1,5 +1,5 @@
 // Starts a real `rollcall serve` for the tests: the binary from ROLLCALL_BIN, else <repo>/.build/debug/rollcall.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createHmac, randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -88,6 +88,21 @@ export class Broker {
     this.endpoints = JSON.parse(line);
     this.url = `ws://127.0.0.1:${this.ports.ws}/v1/ws`;
     return this;
+  }
+
+  /** The seq of `user`'s record as written in the data directory's SQLite file (read with python3's sqlite3), or
+   * null: a `kill -9` loses what was not written yet (protocol §10.3), so a test waits for this before killing. */
+  writtenSeq(user) {
+    const script = `import sqlite3, sys
+db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+row = db.execute("select seq from users where user = ?", (sys.argv[2],)).fetchone()
+print(row[0] if row else "")`;
+    try {
+      const out = execFileSync("python3", ["-c", script, join(this.dataDir, "rollcall.sqlite3"), user], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+      return out === "" ? null : Number(out);
+    } catch {
+      return null;
+    }
   }
 
   /** kill -9, and wait for the process to be gone. */

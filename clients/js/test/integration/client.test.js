@@ -91,6 +91,7 @@ describe("against a test-mode broker", () => {
     assert.equal(Object.keys(view.members).length, 5);
     assert.equal(view.members["g-bob"].status, "busy");
     await as("g-carol").online({ user: "g-carol", status: "away" });
+    await broker.advance(100); // the group's batch window (50 ms) runs on the test-mode clock
     const message = await seen.find((g) => g.changed?.some((r) => r.user === "g-carol"), "carol's change");
     assert.equal(message.online, 3);
     assert.equal(viewer.store.group("team").online, 3);
@@ -128,7 +129,7 @@ describe("against a test-mode broker", () => {
     assert.equal(rc.state, "connected", "a refusal does not touch the connection");
   });
 
-  test("a 401 at the upgrade ends in state closed with unauthorized, after one fresh token at most", async () => {
+  test("a token refused at the upgrade (401) ends in state closed with unauthorized after three attempts", async () => {
     let sockets = 0;
     const Counting = class extends WebSocket {
       constructor(...args) {
@@ -142,7 +143,9 @@ describe("against a test-mode broker", () => {
     await states.find((s) => s.state === "closed", "closed");
     assert.deepEqual(states.items.at(-1), { state: "closed", code: "unauthorized" });
     assert.equal(fixed.error.code, "unauthorized");
-    assert.equal(sockets, 1);
+    // A WebSocket cannot read the 401; the probe over HTTP gets 426 (the broker checks tokens on upgrades only),
+    // so the refusal is presumed after three in a row.
+    assert.equal(sockets, 3);
     assert.equal((await fixed.query(["a"]).catch((e) => e)).code, "unauthorized", "calls fail with why");
     assert.equal((await fixed.online({ user: "x" }).catch((e) => e)).code, "unauthorized");
 
@@ -152,13 +155,13 @@ describe("against a test-mode broker", () => {
     });
     await until(() => other.state === "closed", "closed with getToken");
     assert.equal(other.error.code, "unauthorized");
-    assert.equal(asked, 2, "one fresh token, then closed");
-    assert.equal(sockets, 3);
+    assert.equal(asked, 3, "a fresh token for each attempt, then closed");
+    assert.equal(sockets, 6);
 
     const expired = new RollCall(broker.url, { token: broker.token("x", { expiresIn: -10 }), WebSocket: Counting });
     await until(() => expired.state === "closed", "closed with an expired token");
     assert.equal(expired.error.code, "token_expired");
-    assert.equal(sockets, 3, "an expired token is not even tried");
+    assert.equal(sockets, 6, "an expired token is not even tried");
     await Promise.all([fixed.close(), other.close(), expired.close()]);
   });
 
@@ -174,7 +177,7 @@ describe("against a test-mode broker", () => {
     assert.equal(now.status, "online", "not yet due");
     assert.equal(now.seq, online.seq);
     await broker.advance(1500);
-    const offline = await zmq.find((r) => r.status === "offline", "held offline once due");
+    const offline = await zmq.find((r) => r.status === "offline" && r.seq > online.seq, "held offline once due");
     assert.equal(offline.reason, "status");
 
     assert.deepEqual(await me.setStatus("online"), { held: false });
@@ -246,7 +249,9 @@ describe("a broker that is killed and restarted", () => {
     const firstSession = me.id;
     const followed = new Recorder();
     rc.follow(["k-bob"], followed.fn);
-    await followed.find((r) => r.status === "busy", "bob busy");
+    const busy = await followed.find((r) => r.status === "busy", "bob busy");
+    // A kill -9 loses what the broker has not written yet (at most one write interval): wait until bob's record is.
+    await until(() => broker.writtenSeq("k-bob") >= busy.seq, "bob's record written to the data directory");
     await broker.kill9();
     await states.find((s) => s === "reconnecting", "reconnecting");
     me.setStatus("away", { text: "back soon" }); // asked while the broker is gone

@@ -81,6 +81,27 @@ test("refused upgrades a browser cannot read end closed after three", () => {
   assert.equal(m.state, "closed");
 });
 
+test("a probe answered 426 (the broker's answer to plain HTTP, whatever the token) counts as a refusal; 503 does not; 404 closes", () => {
+  const m = new ConnectionMachine({ backoff: fixed() });
+  m.start();
+  for (let i = 0; i < 5; i++) {
+    m.failed(i, { opened: false, httpStatus: 503 });
+    m.tick(m.deadline());
+  }
+  assert.equal(m.state, "reconnecting", "a full broker is waited for");
+  m.failed(10, { opened: false, httpStatus: 426 });
+  m.tick(m.deadline());
+  m.failed(11, { opened: false, httpStatus: 426 });
+  m.tick(m.deadline());
+  m.failed(12, { opened: false, httpStatus: 426 });
+  assert.equal(m.state, "closed");
+  assert.equal(m.error.code, "unauthorized");
+  const wrong = new ConnectionMachine({ backoff: fixed() });
+  wrong.start();
+  wrong.failed(0, { opened: false, httpStatus: 404 });
+  assert.equal(wrong.error.code, "bad_url");
+});
+
 test("4001 asks for a fresh token at once; with a fixed token it ends closed", () => {
   const provider = new ConnectionMachine({ backoff: fixed(), canRefreshToken: true });
   provider.start();
