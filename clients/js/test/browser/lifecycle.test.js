@@ -53,7 +53,7 @@ test("a hidden tab holds its status at the broker: shown again in time, nothing 
 
   // Leaving the page (pagehide) says bye: offline with reason bye, not closed.
   await page.navigate("about:blank");
-  const gone = await seen.find((r) => r.status === "offline", "alice offline after pagehide");
+  const gone = await seen.find((r) => r.status === "offline" && r.seq > online.seq, "alice offline after pagehide");
   assert.equal(gone.reason, "bye");
   assert.deepEqual(page.errors, []);
 });
