@@ -326,9 +326,17 @@ export class RollCall {
       const pong = await this.#send({ op: "ping" });
       this.#brokerTime(pong.time);
       this.#watch.connectedTo(pong.epoch);
-      const topics = ["broker/", ...this.#watch.topics.keys()];
-      for (let i = 0; i < topics.length; i += SUBSCRIBE_CHUNK) {
-        await this.#send({ op: "subscribe", topics: topics.slice(i, i + SUBSCRIBE_CHUNK) });
+      // Until the client is ready, follow() sends nothing: what was followed while a subscribe was under way is
+      // picked up by the next round.
+      const subscribed = new Set();
+      for (;;) {
+        const topics = ["broker/", ...this.#watch.topics.keys()].filter((topic) => !subscribed.has(topic));
+        if (!topics.length) break;
+        for (let i = 0; i < topics.length; i += SUBSCRIBE_CHUNK) {
+          const chunk = topics.slice(i, i + SUBSCRIBE_CHUNK);
+          await this.#send({ op: "subscribe", topics: chunk });
+          for (const topic of chunk) subscribed.add(topic);
+        }
       }
     } catch (error) {
       if (ws === this.#ws) this.#drop(`the handshake failed: ${error.message}`);

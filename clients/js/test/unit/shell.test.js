@@ -207,3 +207,41 @@ test("close says bye, closes the socket and stays closed", async () => {
   await clock.advance(60000);
   assert.equal(broker.sockets.length, 1);
 });
+
+test("the browser's online event skips the backoff (reconnectNow)", async () => {
+  const listeners = {};
+  globalThis.window = { addEventListener: (name, fn) => (listeners[name] = fn), removeEventListener: (name) => delete listeners[name] };
+  try {
+    const clock = new FakeClock();
+    const broker = fakeBroker();
+    broker.up = false;
+    const rc = client(broker, clock, { backoff: { initialMs: 30000, jitter: 0 } });
+    await settle();
+    assert.equal(rc.state, "reconnecting");
+    assert.equal(broker.sockets.length, 1);
+    broker.up = true;
+    listeners.online();
+    await settle();
+    assert.equal(broker.sockets.length, 2, "at once, not in 30 s");
+    assert.equal(rc.state, "connected");
+    await rc.close();
+    assert.equal(listeners.online, undefined, "close removes the listener");
+  } finally {
+    delete globalThis.window;
+  }
+});
+
+test("a follow made while the connection's subscribe is under way is subscribed before the client is ready", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  const rc = client(broker, clock);
+  await Promise.resolve(); // the connection opens
+  for (let i = 0; i < 6 && !broker.sent.some((r) => r.op === "subscribe"); i++) await Promise.resolve();
+  assert.ok(broker.sent.some((r) => r.op === "subscribe"), "the handshake's subscribe is out");
+  assert.notEqual(rc.state, "connected");
+  rc.follow(["late"], () => {});
+  await settle();
+  assert.equal(rc.state, "connected");
+  const topics = broker.sent.filter((r) => r.op === "subscribe").flatMap((r) => r.topics);
+  assert.ok(topics.includes("presence/late/"), JSON.stringify(topics));
+});
