@@ -3,6 +3,7 @@ import { ConnectionMachine } from "./connection.js";
 import { RollCallError, errorOf } from "./errors.js";
 import { watchLifecycle } from "./lifecycle.js";
 import { SessionMachine } from "./session.js";
+import { Session } from "./session-handle.js";
 import { Store } from "./store.js";
 import { tokenExpiry } from "./token.js";
 import { WatchMachine, groupOf, userOf } from "./watch.js";
@@ -339,7 +340,7 @@ export class RollCall {
         }
       }
     } catch (error) {
-      if (ws === this.#ws) this.#drop(`the handshake failed: ${error.message}`);
+      if (ws === this.#ws) this.#drop();
       return;
     }
     if (ws !== this.#ws) return;
@@ -386,15 +387,15 @@ export class RollCall {
     this.#pump();
   }
 
-  /** Gives up on a connection that does not answer: closed here at once, and reconnected. */
-  #drop(reason) {
+  /** Gives up on a connection that does not answer: closed here at once (a dead peer would never finish the close
+   * handshake), and reconnected. */
+  #drop() {
     const ws = this.#ws;
     if (!ws) return;
     try {
       ws.close(4000, "unresponsive");
     } catch {}
     this.#closed(ws, 4000);
-    void reason;
   }
 
   /** Why did the upgrade fail? A WebSocket never says; ask the same URL over plain HTTP: its status (the broker
@@ -459,7 +460,7 @@ export class RollCall {
       const timer = this.#clock.setTimeout(() => {
         if (!this.#pending.delete(id)) return;
         reject(new RollCallError("timeout", `no reply to ${request.op} within ${timeoutMs} ms`));
-        this.#drop("a request went unanswered");
+        this.#drop();
       }, timeoutMs);
       this.#pending.set(id, { request, resolve, reject, timer, retry });
       try {
@@ -654,126 +655,6 @@ export class RollCall {
         });
       }
     }
-  }
-}
-
-/** A presence session, from `rc.online()`. */
-export class Session {
-  #rc;
-  #waiters = [];
-  #hidden = null;
-  #resolveGranted;
-  #rejectGranted;
-  #ended = null;
-  #endedWaiters = [];
-
-  constructor(rc, machine) {
-    this.#rc = rc;
-    /** @internal */
-    this.machine = machine;
-    this.granted = new Promise((resolve, reject) => {
-      this.#resolveGranted = () => resolve(this);
-      this.#rejectGranted = reject;
-    });
-    this.granted.catch(() => {});
-  }
-
-  get user() {
-    return this.machine.user;
-  }
-
-  /** The broker's session token, once granted (it changes when the session is opened again after it ended). */
-  get id() {
-    return this.machine.session;
-  }
-
-  /** The status asked for last. */
-  get status() {
-    return this.machine.desired.status;
-  }
-
-  /** Whether the broker holds a change for this session (`afterMs`) that it has not published. */
-  get held() {
-    return this.machine.held;
-  }
-
-  /** Sets the status (and text): sent at once, or when the connection is back. With `afterMs`, the broker holds it
-   * and publishes it only if no other status follows within that time. Resolves once the broker took it
-   * (`{held}`), rejects if it refused it. */
-  setStatus(status, { text = null, afterMs } = {}) {
-    if (this.#ended) return Promise.reject(new RollCallError("closed", "the session has ended"));
-    const version = this.machine.setStatus(status, text, afterMs, this.#rc._clockNow());
-    const done = new Promise((resolve, reject) => this.#waiters.push({ version, resolve, reject }));
-    done.catch(() => {});
-    this.#rc._pump();
-    return done;
-  }
-
-  /** Ends the session (bye). */
-  bye() {
-    if (this.#ended) return Promise.resolve();
-    const done = new Promise((resolve) => this.#endedWaiters.push(resolve));
-    this.machine.close();
-    this.#rc._pump();
-    return done;
-  }
-
-  /** @internal: tab hidden: the held status, unless already hidden. */
-  _hide(status, afterMs) {
-    if (this.#hidden || this.#ended) return;
-    this.#hidden = { status: this.machine.desired.status, text: this.machine.desired.text };
-    this.setStatus(status, { text: status === "offline" ? null : this.#hidden.text, afterMs });
-  }
-
-  /** @internal: tab shown again: back to the status before, which cancels a held change at the broker. */
-  _show() {
-    if (!this.#hidden || this.#ended) return;
-    const { status, text } = this.#hidden;
-    this.#hidden = null;
-    this.setStatus(status, { text });
-  }
-
-  /** @internal: `pagehide`: bye now, without waiting for anything under way. */
-  _byeNow() {
-    if (this.#ended) return;
-    if (this.machine.session && this.machine.connected && !this.machine.needsHello) {
-      this.#rc._sendNow({ op: "bye", session: this.machine.session });
-    }
-    this.bye();
-  }
-
-  /** @internal: the client cannot connect (unauthorized): a session not granted yet fails with why. */
-  _refused(error) {
-    if (!this.machine.session) this.#rejectGranted(error);
-  }
-
-  /** @internal */
-  _event(event) {
-    if (event.type === "granted" && event.first) this.#resolveGranted();
-    if (event.type === "acked") {
-      this.#settle(event.version, (waiter) => waiter.resolve({ held: event.held }));
-    } else if (event.type === "refused") {
-      const error = errorOf({ error: event.error });
-      this.#rc._error(error);
-      if (event.version > 0) this.#settle(event.version, (waiter) => waiter.reject(error));
-    }
-  }
-
-  /** @internal */
-  _ended(error, first) {
-    if (this.#ended) return;
-    this.#ended = error ?? true;
-    const why = error ?? new RollCallError("closed", "the session has ended");
-    if (first || !this.machine.session) this.#rejectGranted(why);
-    else if (error) this.#rc._error(error);
-    for (const waiter of this.#waiters.splice(0)) waiter.reject(why);
-    for (const resolve of this.#endedWaiters.splice(0)) resolve();
-  }
-
-  #settle(version, fn) {
-    const done = this.#waiters.filter((waiter) => waiter.version <= version);
-    this.#waiters = this.#waiters.filter((waiter) => waiter.version > version);
-    for (const waiter of done) fn(waiter);
   }
 }
 

@@ -152,6 +152,7 @@ export class WatchMachine {
   /** The connection dropped: heartbeats are expected again from the next one. */
   disconnected() {
     this.lastBeatAt = null;
+    this.lost = false; // the new connection reads everything again anyway
   }
 
   deadline() {
