@@ -44,6 +44,12 @@ export class Session {
    * and publishes it only if no other status follows within that time. Resolves once the broker took it
    * (`{held}`), rejects if it refused it. */
   setStatus(status, { text = null, afterMs } = {}) {
+    // Asked by the app while the tab is hidden: that is the status to come back to, not the one before.
+    if (this.#hidden && afterMs === undefined) this.#hidden = { status, text };
+    return this.#set(status, text, afterMs);
+  }
+
+  #set(status, text, afterMs) {
     if (this.#ended) return Promise.reject(new RollCallError("closed", "the session has ended"));
     const version = this.machine.setStatus(status, text, afterMs, this.#rc._clockNow());
     const done = new Promise((resolve, reject) => this.#waiters.push({ version, resolve, reject }));
@@ -65,7 +71,7 @@ export class Session {
   _hide(status, afterMs) {
     if (this.#hidden || this.#ended) return;
     this.#hidden = { status: this.machine.desired.status, text: this.machine.desired.text };
-    this.setStatus(status, { text: status === "offline" ? null : this.#hidden.text, afterMs });
+    this.#set(status, status === "offline" ? null : this.#hidden.text, afterMs);
   }
 
   /** @internal: tab shown again: back to the status before, which cancels a held change at the broker. */
@@ -73,7 +79,7 @@ export class Session {
     if (!this.#hidden || this.#ended) return;
     const { status, text } = this.#hidden;
     this.#hidden = null;
-    this.setStatus(status, { text });
+    this.#set(status, text);
   }
 
   /** @internal: `pagehide`: bye now, without waiting for anything under way. */

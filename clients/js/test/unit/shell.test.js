@@ -245,3 +245,39 @@ test("a follow made while the connection's subscribe is under way is subscribed 
   const topics = broker.sent.filter((r) => r.op === "subscribe").flatMap((r) => r.topics);
   assert.ok(topics.includes("presence/late/"), JSON.stringify(topics));
 });
+
+test("lifecycle: hidden → held away, visible → the status before (or the app's latest), pagehide → bye at once", async () => {
+  const on = { doc: {}, win: {} };
+  const fake = (registry) => ({ addEventListener: (n, fn) => (registry[n] = fn), removeEventListener: (n) => delete registry[n] });
+  globalThis.window = fake(on.win);
+  globalThis.document = { ...fake(on.doc), visibilityState: "visible" };
+  try {
+    const clock = new FakeClock();
+    const broker = fakeBroker();
+    const rc = client(broker, clock, { lifecycle: { hidden: "away", afterMs: 4000 } });
+    const me = await rc.online({ user: "alice", text: "hi" });
+    const statuses = () => broker.sent.filter((r) => r.op === "status").map(({ status, text, after_ms }) => ({ status, text, after_ms }));
+    globalThis.document.visibilityState = "hidden";
+    on.doc.visibilitychange();
+    await settle();
+    globalThis.document.visibilityState = "visible";
+    on.doc.visibilitychange();
+    await settle();
+    assert.deepEqual(statuses(), [{ status: "away", text: "hi", after_ms: 4000 }, { status: "online", text: "hi", after_ms: undefined }]);
+    globalThis.document.visibilityState = "hidden";
+    on.doc.visibilitychange();
+    await me.setStatus("busy"); // the app, while hidden
+    globalThis.document.visibilityState = "visible";
+    on.doc.visibilitychange();
+    await settle();
+    assert.deepEqual(statuses().slice(2).map((s) => s.status), ["away", "busy", "busy"], "back to the app's latest, not the status before");
+    broker.silent = true; // a request under way does not hold the bye back
+    me.setStatus("away");
+    await settle();
+    on.win.pagehide();
+    assert.deepEqual(broker.sent.at(-1), { op: "bye", session: me.id, id: broker.sent.at(-1).id });
+  } finally {
+    delete globalThis.window;
+    delete globalThis.document;
+  }
+});
