@@ -133,10 +133,12 @@ export class ConnectionMachine {
     return [];
   }
 
-  /** A refresh failed (the provider threw, or the broker refused the token): try again in 5 s, before `exp`. */
+  /** A refresh failed (the provider threw, or the broker refused the token): try again in 5 s, or once more just
+   * before `exp` if that comes sooner (never in a loop: past that, every 5 s until a 4001 close comes). */
   refreshFailed(now) {
     if (this.state !== "connected") return [];
-    this.refreshAt = this.tokenExp === null ? now + 5000 : Math.min(now + 5000, Math.max(now, this.tokenExp - 500));
+    const lastChance = this.tokenExp === null ? Infinity : this.tokenExp - 500;
+    this.refreshAt = lastChance > now ? Math.min(now + 5000, lastChance) : now + 5000;
     return [];
   }
 

@@ -191,7 +191,7 @@ describe("against a test-mode broker", () => {
     assert.deepEqual(zmq.records("held").filter((r) => r.seq > back.seq), []);
   });
 
-  test("getToken is asked again before exp and presented with auth: one connection outlives its tokens", async () => {
+  test("getToken is asked again before exp and presented with auth (one connection outlives its tokens); 4001 brings a fresh one", async () => {
     const minted = [];
     let firstExp = null;
     let sockets = 0;
@@ -219,6 +219,25 @@ describe("against a test-mode broker", () => {
     assert.equal((await rc.query(["short"]))[0].status, "online");
     assert.equal(sockets, 1, "one connection throughout");
     assert.deepEqual(states.items, ["connecting", "connected"]);
+
+    // A refresh that fails: the broker closes the connection at exp (4001), and the client reconnects at once
+    // with a fresh token.
+    let calls = 0;
+    const flaky = new RollCall(broker.url, {
+      getToken: async () => {
+        calls += 1;
+        if (calls === 2 || calls === 3) throw new Error("the backend is down"); // both refreshes before exp
+        return broker.token("flaky", { expiresIn: calls === 1 ? 2 : 3600 });
+      },
+    });
+    broker.clients.push(flaky);
+    const flakyStates = new Recorder();
+    flaky.on("state", flakyStates.fn);
+    await flaky.online({ user: "flaky" });
+    await flakyStates.find((s) => s === "reconnecting", "the 4001 close", 10000);
+    await flakyStates.find((s) => s === "connected", "connected again with a fresh token", 10000, flakyStates.items.indexOf("reconnecting"));
+    assert.ok(calls >= 4, `${calls} tokens asked`);
+    await until(async () => (await flaky.query(["flaky"]))[0].status === "online", "flaky online again");
 
     const fixed = as("fixed", { token: broker.token("fixed", { expiresIn: 2 }) });
     await fixed.online({ user: "fixed" });

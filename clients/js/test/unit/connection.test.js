@@ -125,6 +125,10 @@ test("tokens are refreshed a quarter of their lifetime before exp, and 5 s after
   m.refreshFailed(30000);
   assert.equal(m.deadline(), 35000);
   assert.deepEqual(m.tick(35000), ["refresh"]);
+  m.refreshFailed(39600);
+  assert.equal(m.deadline(), 44600, "past the last chance before exp: every 5 s, not in a loop");
+  m.refreshFailed(30000);
+  assert.equal(m.deadline(), 35000);
   m.refreshed(35000, 3635000);
   assert.equal(m.deadline(), 3635000 - 60000, "at most 60 s before");
   assert.equal(refreshTime(0, 2000), 1000, "at least 1 s before");
