@@ -24,7 +24,9 @@ async def main():
     profile = tempfile.mkdtemp(prefix="rollcall-drive-")
     browser = subprocess.Popen(
         [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         "--window-size=480,600", f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
+         "--window-size=480,600", f"--user-data-dir={profile}", "--remote-debugging-port=0",
+         # the page imports the JavaScript client as an ES module, which Chromium refuses on file:// pages without it
+         "--allow-file-access-from-files", "about:blank"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         endpoint = None

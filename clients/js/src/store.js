@@ -1,0 +1,72 @@
+/**
+ * The latest record of every followed user and the latest view of every followed group, for UI code: read it with
+ * `get(user)` and `group(id)`, and hear of every change with `subscribe(fn)`. Records and group views are replaced,
+ * never changed in place, so a UI can compare them by identity (React's `useSyncExternalStore`).
+ */
+export class Store {
+  #records = new Map();
+  #groups = new Map();
+  #listeners = new Set();
+  #version = 0;
+
+  /** The latest record of `user` (followed, or a member of a followed group), or undefined. */
+  get(user) {
+    return this.#records.get(user);
+  }
+
+  /** The latest view of group `id`: `{group, online, total, counts, members: {user: record}, seq}`, or undefined. */
+  group(id) {
+    return this.#groups.get(id);
+  }
+
+  /** Every record held, by user id. */
+  users() {
+    return new Map(this.#records);
+  }
+
+  /** A number that changes with every change: a cheap snapshot for `useSyncExternalStore`. */
+  get version() {
+    return this.#version;
+  }
+
+  /** Calls `fn({user?, group?})` after each change; returns the function that stops it. */
+  subscribe(fn) {
+    this.#listeners.add(fn);
+    return () => this.#listeners.delete(fn);
+  }
+
+  /** @internal */
+  setRecord(record) {
+    this.#records.set(record.user, record);
+    this.#changed({ user: record.user });
+  }
+
+  /** @internal */
+  deleteRecord(user) {
+    if (this.#records.delete(user)) this.#changed({ user });
+  }
+
+  /** @internal */
+  setGroup(view) {
+    this.#groups.set(view.group, view);
+    this.#changed({ group: view.group });
+  }
+
+  /** @internal */
+  deleteGroup(id) {
+    if (this.#groups.delete(id)) this.#changed({ group: id });
+  }
+
+  #changed(what) {
+    this.#version += 1;
+    for (const fn of [...this.#listeners]) {
+      try {
+        fn(what);
+      } catch (error) {
+        queueMicrotask(() => {
+          throw error;
+        });
+      }
+    }
+  }
+}
