@@ -7,7 +7,8 @@
 - `Watch` and `GroupWatch`: expectations with deadlines that say what came instead.
 - `BrokerProcess`: a ``rollcall serve --test-mode`` child process; the pytest plugin's fixtures start one.
 - `WebSocketConnection` (in ``rollcall.websocket``, with the optional extra ``rollcall[websocket]``): the same
-  protocol over a WebSocket, as browsers and phones speak it.
+  protocol over a WebSocket, as browsers and phones speak it; `FakePhone` (in ``rollcall.phone``, same extra): a phone
+  app that goes to the background and back, is killed, or goes silent without a FIN.
 
 The wire protocol is docs/protocol.md in the RollCall repository.
 """
