@@ -153,31 +153,6 @@ extension Integration {
 }
 
 extension Integration.TestModeTests {
-    /// The Python package's own tests (client, fakes, expectations, the pytest plugin and the story) pass against
-    /// this build's broker, run from the source tree with python3's pytest.
-    @Test func pythonPackageTestsPass() async throws {
-        let package = ChildProcess.repositoryRoot.appendingPathComponent("clients/python")
-        let child = try ChildProcess(
-            "/usr/bin/env",
-            [
-                "python3", "-m", "pytest", "-q", "-p", "rollcall.pytest_plugin",
-                package.appendingPathComponent("tests").path,
-            ],
-            environment: [
-                "PYTHONPATH": package.appendingPathComponent("src").path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-                "ROLLCALL_BIN": ChildProcess.rollcall,
-            ])
-        defer { child.terminate() }
-        let status = try child.waitForExit(timeout: 120_000)
-        pause(milliseconds: 50)
-        let summary = child.stdout.split(separator: "\n").last.map(String.init) ?? ""
-        print("python package: \(summary)")
-        #expect(status == 0, "\(child.stdout)\n\(child.stderr)")
-        #expect(summary.contains(" passed"))
-    }
-}
-
-extension Integration.TestModeTests {
     /// A held status (`after_ms`) over ZeroMQ on the broker's manual clock: nothing is published until it comes
     /// due, then the record; a status set back within the window cancels the held one and nothing is ever published.
     @Test func heldStatusComesDueOnTheTestClock() async throws {
