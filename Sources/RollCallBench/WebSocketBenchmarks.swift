@@ -269,9 +269,35 @@ final class BenchWebSocket {
         return frames
     }
 
+    /// Answers every ping that has arrived with its pong, as a phone's WebSocket stack does, without waiting; the
+    /// number answered. Text frames that arrive meanwhile are dropped.
+    func answerPings() throws -> Int {
+        var chunk = [UInt8](repeating: 0, count: 4_096)
+        while true {
+            let read = recv(descriptor, &chunk, chunk.count, Int32(MSG_DONTWAIT))
+            if read == 0 { throw BenchError("the WebSocket closed") }
+            guard read > 0 else { break }
+            buffer += chunk.prefix(read)
+        }
+        var answered = 0
+        while let (opcode, payload) = takeAnyFrame() {
+            guard opcode == 0x9 else { continue }
+            let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
+            try write([0x8A, 0x80 | UInt8(payload.count)] + mask + payload.enumerated().map { $1 ^ mask[$0 & 3] })
+            answered += 1
+        }
+        return answered
+    }
+
     /// The next whole frame in the buffer: `.some(payload)` for a text frame, `.some(nil)` for a control frame,
     /// `nil` when none is whole yet.
     private func takeFrame() -> [UInt8]?? {
+        guard let (opcode, payload) = takeAnyFrame() else { return nil }
+        return .some(opcode == 1 ? payload : nil)
+    }
+
+    /// The next whole frame in the buffer, with its opcode; `nil` when none is whole yet.
+    private func takeAnyFrame() -> (opcode: UInt8, payload: [UInt8])? {
         guard buffer.count >= 2 else { return nil }
         var length = Int(buffer[1] & 0x7F)
         var offset = 2
@@ -288,7 +314,7 @@ final class BenchWebSocket {
         let opcode = buffer[0] & 0x0F
         let payload = Array(buffer[offset..<(offset + length)])
         buffer.removeFirst(offset + length)
-        return .some(opcode == 1 ? payload : nil)
+        return (opcode, payload)
     }
 
     /// Reads what has arrived, waiting at most `timeout` ms; whether anything came.

@@ -82,7 +82,7 @@ extension PresenceBenchmarks {
 }
 
 /// A child process of the benchmark, spoken to by lines on its standard input and output.
-private final class ClientProcess {
+final class ClientProcess {
     private let process = Process()
     private let input = Pipe()
     private let output = Pipe()

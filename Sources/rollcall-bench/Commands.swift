@@ -37,7 +37,8 @@ func fail(_ error: Error) -> ExitCode {
 struct AllBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "presence",
-        abstract: "Latency, throughput, sessions at rest, fan-out, crash detection and TTL expiry, one after another.",
+        abstract:
+            "Latency, throughput, sessions at rest, fan-out, crash detection, TTL expiry, WebSocket and idle phones.",
         discussion: """
             --only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry, and curve (latency \
             and throughput with and without CURVE, one after the other, with their ratios). --curve runs every \
@@ -63,7 +64,8 @@ struct AllBench: AsyncParsableCommand {
         bench.brokerArguments = brokerArg
         if curve { bench.curve = try CurveSetup.make() }
         let wanted = Set(
-            (only ?? "latency,throughput,sessions,fanout,crash,expiry,websocket").split(separator: ",").map(String.init)
+            (only ?? "latency,throughput,sessions,fanout,crash,expiry,websocket,phones").split(separator: ",").map(
+                String.init)
         )
         let seconds = smoke ? 0.5 : self.seconds
         var rows: [BenchRow] = []
@@ -131,6 +133,16 @@ struct AllBench: AsyncParsableCommand {
                     try bench.webSocketSessions(
                         connections: smoke ? 200 : 19_000, sessions: smoke ? 250 : 20_000, processes: smoke ? 2 : 4,
                         seconds: smoke ? 2 : 10))
+            }
+            if wanted.contains("phones") {
+                // The phone presets (docs/swift-sdk.md): today's battery-first default, then offline within 3 s and
+                // within 1 s of a silent network loss.
+                for ping in [10_000, 1_500, 500] {
+                    add(
+                        try bench.idlePhones(
+                            phones: smoke ? 100 : 10_000, pingMilliseconds: ping, processes: smoke ? 1 : 2,
+                            seconds: smoke ? 1.5 : max(20, Double(3 * ping) / 1_000)))
+                }
             }
             if wanted.contains("expiry") {
                 add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))
@@ -230,11 +242,17 @@ struct WebSocketClientsCommand: ParsableCommand {
     @Option(help: "WebSocket connections to open.") var connections: Int
     @Option(help: "Sessions, spread over the connections.") var sessions: Int
     @Option(help: "Seconds of heartbeats after the go line.") var seconds: Double
+    @Flag(help: "Idle phones (W5): one session per connection, kept alive by it; only pings are answered.")
+    var idle = false
 
     func run() throws {
         do {
-            try WebSocketClients.run(
-                port: port, first: first, connections: connections, sessions: sessions, seconds: seconds)
+            if idle {
+                try WebSocketClients.runIdle(port: port, first: first, connections: connections, seconds: seconds)
+            } else {
+                try WebSocketClients.run(
+                    port: port, first: first, connections: connections, sessions: sessions, seconds: seconds)
+            }
         } catch {
             throw fail(error)
         }
