@@ -295,7 +295,7 @@ extension Integration {
             let cluster = try ClusterFixture(leaseMs: 6_000) { $0 == 2 ? [2] : [0, 1] }
             let log = try cluster.subscriber(0, carol)
             let c = try cluster.client(2)
-            _ = try c.hello(hello(carol))
+            let session = try c.hello(hello(carol)).session
             try log.wait(for: "carol online") { $0.status == .online }
 
             let paused = ContinuousClock.now
@@ -305,6 +305,10 @@ extension Integration {
             #expect(rejection { try c.hello(hello(bob)) } == .clusterUnavailable)
             #expect(rejection { try c.query([carol]) } == .clusterUnavailable)
             #expect(rejection { try c.group(GroupID(validating: "team")!) } == .clusterUnavailable)
+            // Nor does it acknowledge anything on its sessions: the change could be lost with its lease.
+            #expect(rejection { try c.setStatus(session, .busy) } == .clusterUnavailable)
+            #expect(rejection { try c.heartbeat(session) } == .clusterUnavailable)
+            #expect(rejection { try c.bye(session) } == .clusterUnavailable)
             // The other nodes still show carol: her node's lease has not run out.
             #expect(try cluster.client(0).query([carol])[carol]?.status == .online)
 
@@ -314,6 +318,8 @@ extension Integration {
             _ = try c.hello(hello(bob))
             let back = try c.query([carol])[carol]
             #expect(back?.status == .online, "carol on c after the cut-off: \(String(describing: back))")
+            // The refused status never took effect anywhere.
+            #expect(try cluster.client(0).query([carol])[carol]?.status == .online)
             try log.drain(milliseconds: 200)
             #expect(!log.records.dropFirst().contains { $0.record.status == .offline })
         }
