@@ -164,6 +164,16 @@ let package = Package(
         .testTarget(
             name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "RollCallWire", "ZeroMQ"]),
         .testTarget(name: "RollCallBrokerTests", dependencies: ["RollCallBroker", "RollCallCore"]),
+        .testTarget(
+            name: "RollCallGatewayTests",
+            dependencies: [
+                "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallSecurity", "RollCallWire",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]
+        ),
         .testTarget(name: "RollCallClusterTests", dependencies: ["RollCallCluster", "RollCallTestSupport"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
