@@ -118,6 +118,11 @@ extension Integration {
             #expect(started.filter { $0 == "WATCHDOG=1" }.count >= 2, "\(started)")
             #expect(try httpGet(port: port, "/readyz").status == 200)
             #expect(try httpGet(port: port, "/healthz").status == 200)
+            // Before any session ended, every reason is already exported at 0 (Prometheus' convention).
+            let first = try parsePrometheus(httpGet(port: port, "/metrics").body)
+            for reason in ["bye", "status", "closed", "timeout", "restart", "node_lost"] {
+                #expect(first[#"rollcall_sessions_ended_total{reason="\#(reason)"}"#] == 0, "\(reason)")
+            }
 
             let subscriber = try PresenceSubscriber(endpoint: update)
             try subscriber.subscribe("m1".id)
