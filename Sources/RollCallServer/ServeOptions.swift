@@ -56,11 +56,9 @@ public struct ServeOptions: Sendable {
                     "was not given, and the broker id '\(id)' (--broker-id, else the host name) is not a valid "
                         + "node id (1 to 64 of A-Z a-z 0-9 . _ -): give --node-id")
             }
-            if let lease = nodeLeaseMilliseconds {
-                c.cluster = try ClusterSettings(cluster: cluster, nodeID: id, leaseMilliseconds: lease)
-            } else {
-                c.cluster = try ClusterSettings(cluster: cluster, nodeID: id)
-            }
+            c.cluster = try ClusterSettings(
+                cluster: cluster, nodeID: id,
+                leaseMilliseconds: nodeLeaseMilliseconds ?? ClusterSettings.defaultLeaseMilliseconds)
         } else if nodeID != nil || nodeLeaseMilliseconds != nil {
             throw ConfigurationError("--node-id", "and --node-lease-ms need --cluster")
         }

@@ -203,7 +203,7 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help:
-            "The node's lease in etcd, ms: a lost node's sessions end everywhere within it (plus 1 s). Env: ROLLCALL_NODE_LEASE_MS. Default: 5000."
+            "The node's lease in etcd, ms: a lost node's sessions end everywhere within it (plus 1 s). Env: ROLLCALL_NODE_LEASE_MS. Default: \(ClusterSettings.defaultLeaseMilliseconds)."
     )
     var nodeLeaseMs: Int64?
 
