@@ -17,6 +17,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Already in the graph through Hummingbird and async-http-client; named because NIO types are used directly.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.81.0"),
+        // Already in the graph through Hummingbird; named for NIOHTTPTypes (the operations endpoint's head deadline).
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.24.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
@@ -88,12 +90,14 @@ let package = Package(
         .target(
             name: "RollCallClient",
             dependencies: ["RollCallClientCore", "RollCallCore", "RollCallSecurity", "RollCallWire", "ZeroMQ"]),
-        // For apps' tests: a broker in test mode in-process, fake users and expectations with deadlines.
+        // For apps' tests: a broker in test mode in-process (with its WebSocket door and operations endpoint if asked),
+        // fake users and expectations with deadlines.
         .target(
             name: "RollCallTestKit",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallWire", "ZeroMQ",
+                "RollCallBroker", "RollCallClient", "RollCallOperations", "RollCallServer", "RollCallWire", "ZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // Operations: the HTTP endpoint (metrics, health, readiness, status page) and systemd's notify protocol.
@@ -104,7 +108,9 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -126,8 +132,19 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, and
-        // the fake users of `rollcall simulate`.
+        // The product assembled: a validated configuration turned into the broker, the WebSocket door, the operations
+        // endpoint and the cluster node, in their dependency order. `rollcall serve` and the test kit both use it.
+        .target(
+            name: "RollCallServer",
+            dependencies: [
+                "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallOperations", "RollCallSecurity",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // What tests and benchmarks share: a `rollcall serve` child process, a pipelining request sender, an etcd
+        // cluster. The shipped `rollcall` does not link it.
         .target(
             name: "RollCallTestSupport",
             dependencies: ["RollCallClient", "RollCallCore", "RollCallWire", "ZeroMQ"]
@@ -145,7 +162,7 @@ let package = Package(
             name: "rollcall",
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
-                "RollCallSecurity", "RollCallWebSocketClient", "RollCallWire", "RollCallTestSupport", "ZeroMQ",
+                "RollCallSecurity", "RollCallServer", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -164,6 +181,18 @@ let package = Package(
         .testTarget(
             name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "RollCallWire", "ZeroMQ"]),
         .testTarget(name: "RollCallBrokerTests", dependencies: ["RollCallBroker", "RollCallCore"]),
+        .testTarget(
+            name: "RollCallGatewayTests",
+            dependencies: [
+                "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallSecurity", "RollCallWire",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "RollCallServerTests", dependencies: ["RollCallBroker", "RollCallOperations", "RollCallServer"]),
         .testTarget(name: "RollCallClusterTests", dependencies: ["RollCallCluster", "RollCallTestSupport"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
@@ -171,7 +200,7 @@ let package = Package(
             name: "RollCallIntegrationTests",
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
-                "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
+                "RollCallSecurity", "RollCallServer", "RollCallStore", "RollCallTestSupport",
                 "RollCallTestKit", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),

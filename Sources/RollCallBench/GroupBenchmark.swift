@@ -1,4 +1,5 @@
 import Foundation
+import RollCallClient
 import RollCallCore
 import RollCallTestSupport
 import RollCallWire

@@ -24,6 +24,8 @@ public final class Broker: Service, Sendable {
     /// The cluster node, on a node of a cluster: its state is readable from any thread.
     private let clusterNode: ClusterNode?
 
+    /// The test-mode clock's moves; `nil` on the real clock.
+    let testClock: TestClockSignal?
     private let loop: Mutex<EventLoop?>
     private let context: Context
     private let waker: Waker
@@ -146,6 +148,13 @@ public final class Broker: Service, Sendable {
             monitor: monitor, zap: zap, xpubMonitor: xpubMonitor, store: store, logger: logger,
             wakeLoop: { [waker] in waker.wake() },
             mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster)
+        if eventLoop.clock.isManual {
+            let signal = TestClockSignal(time: eventLoop.clock.now())
+            eventLoop.clock.signal = signal
+            testClock = signal
+        } else {
+            testClock = nil
+        }
         authorizedKeysPath = configuration.curve?.authorizedKeysPath
         authorizedKeyCount = configuration.curve?.authorizedKeys.roles.count
         self.loop = Mutex(eventLoop)

@@ -12,6 +12,8 @@ struct BrokerClock: Sendable {
     private let monotonicAtStart: Int64
     /// The time of a manual clock; `nil` for the real one.
     private var manual: BrokerTime?
+    /// Told of every move of a manual clock (the WebSocket door's pings follow it).
+    var signal: TestClockSignal?
 
     /// Starts at the wall clock, or just above `floor` (the last time a previous run kept) if the wall clock is
     /// behind it, so that times and seqs never go back across restarts.
@@ -32,6 +34,7 @@ struct BrokerClock: Sendable {
     mutating func move(to time: BrokerTime) {
         precondition(isManual, "only a manual clock is moved by hand")
         manual = max(manual!, time)
+        signal?.moved(to: manual!)
     }
 
     private static func read(_ clock: clockid_t) -> Int64 {

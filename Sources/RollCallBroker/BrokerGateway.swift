@@ -10,6 +10,8 @@ public struct BrokerGateway: Sendable {
     let mailbox: LoopMailbox
     /// The broker's settings: the gateway decodes requests with the same limits as the loop.
     public let configuration: BrokerConfiguration
+    /// The test-mode clock, which the door's pings follow in `--test-mode`; `nil` on the real clock.
+    public let testClock: TestClockSignal?
 
     /// Registers a new WebSocket connection with what it may do (`.open` when no tokens are configured). The loop
     /// gives it a fresh ``ConnectionID`` from the same count as the command endpoint's; the connection's later jobs,
@@ -50,5 +52,7 @@ public struct BrokerGateway: Sendable {
 
 extension Broker {
     /// The door for a WebSocket front door.
-    public var gateway: BrokerGateway { BrokerGateway(mailbox: mailbox, configuration: configuration) }
+    public var gateway: BrokerGateway {
+        BrokerGateway(mailbox: mailbox, configuration: configuration, testClock: testClock)
+    }
 }

@@ -17,7 +17,12 @@ final class BrokerMetrics {
     private let presenceUpdates = Counter(label: "rollcall_updates_published_total", dimensions: [("kind", "presence")])
     private let groupUpdates = Counter(label: "rollcall_updates_published_total", dimensions: [("kind", "group")])
     private let brokerUpdates = Counter(label: "rollcall_updates_published_total", dimensions: [("kind", "broker")])
-    private var sessionsEnded: [OfflineReason: Counter] = [:]
+    /// One counter per reason, made at start so that each is exported at 0 before the first session ends
+    /// (Prometheus' convention: `rate()` and `increase()` then see the first end).
+    private let sessionsEnded: [OfflineReason: Counter] = Dictionary(
+        uniqueKeysWithValues: OfflineReason.allCases.map {
+            ($0, Counter(label: "rollcall_sessions_ended_total", dimensions: [("reason", $0.rawValue)]))
+        })
     private var sessionsEndedReported: [OfflineReason: UInt64] = [:]
     private let refusedConnections = Counter(label: "rollcall_connections_refused_total")
     private let slowWebSockets = Counter(label: "rollcall_websockets_closed_slow_total")
@@ -99,11 +104,7 @@ final class BrokerMetrics {
         for (reason, total) in core.sessionsEnded {
             let delta = total - (sessionsEndedReported[reason] ?? 0)
             guard delta > 0 else { continue }
-            let counter =
-                sessionsEnded[reason]
-                ?? Counter(label: "rollcall_sessions_ended_total", dimensions: [("reason", reason.rawValue)])
-            sessionsEnded[reason] = counter
-            counter.increment(by: Int64(delta))
+            sessionsEnded[reason]?.increment(by: Int64(delta))
             sessionsEndedReported[reason] = total
         }
     }

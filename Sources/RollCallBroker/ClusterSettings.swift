@@ -18,7 +18,10 @@ public struct ClusterSettings: Sendable {
     /// Where the cluster's keys live in etcd: several clusters may share one etcd under different prefixes.
     public var prefix = "/rollcall/v1/"
 
-    public init(endpoints: [EtcdEndpoint], nodeID: String, leaseMilliseconds: Int64 = 5_000) {
+    /// A node's lease when none is given (`--node-lease-ms`).
+    public static let defaultLeaseMilliseconds: Int64 = 5_000
+
+    public init(endpoints: [EtcdEndpoint], nodeID: String, leaseMilliseconds: Int64 = defaultLeaseMilliseconds) {
         self.endpoints = endpoints
         self.nodeID = nodeID
         self.leaseMilliseconds = leaseMilliseconds
@@ -28,7 +31,9 @@ public struct ClusterSettings: Sendable {
     public static func isValidNodeID(_ id: String) -> Bool { ClusterKeys.isValidNodeID(id) }
 
     /// The settings as `rollcall serve` takes them: `etcd://HOST:PORT[,HOST:PORT...]`, a node id and a lease.
-    public init(cluster: String, nodeID: String, leaseMilliseconds: Int64 = 5_000) throws(ConfigurationError) {
+    public init(
+        cluster: String, nodeID: String, leaseMilliseconds: Int64 = defaultLeaseMilliseconds
+    ) throws(ConfigurationError) {
         guard let endpoints = EtcdEndpoint.list(cluster) else {
             throw ConfigurationError("--cluster", "must be etcd://HOST:PORT[,HOST:PORT...], not '\(cluster)'")
         }

@@ -16,7 +16,7 @@ struct GatewayChildChannel: ServerChildChannel {
 
     let shared: GatewayShared
 
-    private var gateway: BrokerGateway { shared.gateway }
+    private var gateway: any GatewayLoop { shared.gateway }
     private var verifier: TokenVerifier? { shared.verifier }
     private var counter: ConnectionCounter { shared.counter }
     private var logger: Logger { shared.logger }

@@ -34,7 +34,8 @@ public struct WebSocketServer: Service {
         logger: Logger, onBound: @escaping @Sendable (String, Int) -> Void = { _, _ in }
     ) throws {
         let bound = BoundPort()
-        let connections = ConnectionTables(interval: .milliseconds(gateway.configuration.webSocket.pingMilliseconds))
+        let connections = ConnectionTables(
+            interval: .milliseconds(gateway.configuration.webSocket.pingMilliseconds), testClock: gateway.testClock)
         self.bound = bound
         self.connections = connections
         let child = GatewayChildChannel(

@@ -53,23 +53,3 @@ public struct JSONLogHandler: LogHandler {
             parts.tm_hour, parts.tm_min, parts.tm_sec, now.tv_nsec / 1_000_000)
     }
 }
-
-extension OperationsServer {
-    /// `HOST:PORT` (port 0 for a free one; IPv6 in brackets) as the HTTP endpoint takes it, or a clear error.
-    public static func parse(endpoint: String) throws -> (host: String, port: Int) {
-        let usage = "--http-endpoint must be HOST:PORT with a port from 0 to 65535, not '\(endpoint)'"
-        guard let colon = endpoint.lastIndex(of: ":"), colon != endpoint.startIndex,
-            let port = Int(endpoint[endpoint.index(after: colon)...]), (0...65_535).contains(port)
-        else { throw OperationsError(usage) }
-        var host = String(endpoint[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { throw OperationsError(usage) }
-        return (host, port)
-    }
-}
-
-/// A setting of the operations side that cannot be used.
-public struct OperationsError: Error, CustomStringConvertible {
-    public let description: String
-    public init(_ description: String) { self.description = description }
-}

@@ -1,4 +1,5 @@
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import RollCallBroker
@@ -18,11 +19,13 @@ public struct OperationsServer: Service {
     private let application: Application<RouterResponder<BasicRequestContext>>
     private let bound: BoundAddress
 
-    /// An endpoint on `host:port` (port 0 for a free one, reported through `onBound`).
+    /// An endpoint on `settings.endpoint` (port 0 for a free one, reported through `onBound`), with its header and
+    /// idle timeouts and its connection cap.
     public init(
-        host: String, port: Int, broker: Broker, metrics: MetricsExporter, logger: Logger,
+        settings: OperationsSettings, broker: Broker, metrics: MetricsExporter, logger: Logger,
         onBound: @escaping @Sendable (String, Int) -> Void = { _, _ in }
-    ) {
+    ) throws(ConfigurationError) {
+        let (host, port) = try settings.validated()
         let router = Router()
         router.get("/metrics") { _, _ -> Response in
             Response(
@@ -79,6 +82,9 @@ public struct OperationsServer: Service {
         self.bound = bound
         application = Application(
             router: router,
+            server: HTTPServerBuilder { responder in
+                GuardedHTTPChannel(responder: responder, settings: settings, logger: logger)
+            },
             configuration: .init(address: .hostname(host, port: port), serverName: "rollcall"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? port

@@ -2,6 +2,9 @@ import Foundation
 import Logging
 import RollCallBroker
 import RollCallClient
+import RollCallOperations
+import RollCallServer
+import ServiceLifecycle
 import Synchronization
 
 /// Why a test-kit expectation or call failed: what was expected, and what was seen instead.
@@ -27,7 +30,10 @@ public final class TestBroker: Sendable {
     /// The broker's endpoints.
     public let command: String
     public let update: String
-    let broker: Broker
+    /// The server as `rollcall serve` assembles it (RollCallServer), with the broker and, if asked, its doors.
+    public let server: RollCallServer
+    var broker: Broker { server.broker }
+    private let group: ServiceGroup
     private let running: Task<Void, Error>
     private let fakes = Mutex<[FakeUser]>([])
     private let control: Mutex<CommandClient>
@@ -35,7 +41,14 @@ public final class TestBroker: Sendable {
     /// Starts a broker in test mode; `configure` may change any setting (TTLs, grace, limits) but not the endpoints
     /// or the storage. Group messages are not batched unless `configure` sets a window: on a manual clock a batch
     /// window only ends when the test advances past it.
-    public init(_ configure: (inout BrokerConfiguration) -> Void = { _ in }) async throws {
+    ///
+    /// With `webSocket` the broker also has its WebSocket door on a free loopback port (``webSocketURL``), without
+    /// tokens unless `configure` names a key file; its pings follow the test clock. With `operations` it has its
+    /// operations endpoint (``operationsAddress``: `/healthz`, `/readyz`, `/api/status`; `/metrics` shows only the
+    /// process metrics, since the test process's metrics system is not RollCall's to bootstrap).
+    public init(
+        webSocket: Bool = false, operations: Bool = false, _ configure: (inout BrokerConfiguration) -> Void = { _ in }
+    ) async throws {
         var configuration = BrokerConfiguration()
         configuration.presence.groupBatchMilliseconds = 0
         configure(&configuration)
@@ -43,28 +56,42 @@ public final class TestBroker: Sendable {
         configuration.commandEndpoint = "tcp://127.0.0.1:*"
         configuration.updateEndpoint = "tcp://127.0.0.1:*"
         configuration.storage = .none
+        if webSocket { configuration.webSocket.endpoint = "127.0.0.1:0" }
         var logger = Logger(label: "rollcall-test-broker")
         logger.logLevel = .critical
-        let broker = try Broker(configuration: configuration, logger: logger)
-        self.broker = broker
-        command = broker.commandEndpoint
-        update = broker.updateEndpoint
-        running = Task { try await broker.run() }
+        let server = try await RollCallServer(
+            ServerConfiguration(
+                broker: configuration, operations: operations ? OperationsSettings(endpoint: "127.0.0.1:0") : nil),
+            logger: logger)
+        self.server = server
+        command = server.broker.commandEndpoint
+        update = server.broker.updateEndpoint
+        let group = server.serviceGroup(logger: logger)
+        self.group = group
+        running = Task { try await group.run() }
         let started = ContinuousClock.now
-        while !broker.isRunning {
+        while !server.broker.isRunning || (webSocket && server.webSocketAddress == nil)
+            || (operations && server.operationsAddress == nil)
+        {
             guard ContinuousClock.now < started + .seconds(10) else {
-                broker.stop()
-                throw TestKitFailure("the test broker's loop did not start within 10 s")
+                await group.triggerGracefulShutdown()
+                throw TestKitFailure("the test broker did not start within 10 s")
             }
             try await Task.sleep(for: .milliseconds(1))
         }
-        control = Mutex(try CommandClient(endpoint: broker.commandEndpoint))
+        control = Mutex(try CommandClient(endpoint: server.broker.commandEndpoint))
     }
 
-    /// Stops the broker and waits for it; throws if it failed.
+    /// `ws://127.0.0.1:PORT/v1/ws`, with `webSocket`.
+    public var webSocketURL: String? { server.webSocketAddress.map { $0 + "/v1/ws" } }
+
+    /// `127.0.0.1:PORT` of the operations endpoint, with `operations`.
+    public var operationsAddress: String? { server.operationsAddress }
+
+    /// Stops the broker (and its doors) and waits for it; throws if it failed.
     public func stop() async throws {
         for fake in fakes.withLock({ $0 }) { fake.close() }
-        broker.stop()
+        await group.triggerGracefulShutdown()
         try await running.value
     }
 
@@ -131,11 +158,13 @@ public final class TestBroker: Sendable {
     }
 }
 
-/// Runs `body` with a fresh test broker and stops it afterwards, also when `body` throws.
+/// Runs `body` with a fresh test broker (with its WebSocket door and operations endpoint if asked) and stops it
+/// afterwards, also when `body` throws.
 public func withTestBroker<T>(
-    _ configure: (inout BrokerConfiguration) -> Void = { _ in }, _ body: (TestBroker) async throws -> T
+    webSocket: Bool = false, operations: Bool = false, _ configure: (inout BrokerConfiguration) -> Void = { _ in },
+    _ body: (TestBroker) async throws -> T
 ) async throws -> T {
-    let broker = try await TestBroker(configure)
+    let broker = try await TestBroker(webSocket: webSocket, operations: operations, configure)
     do {
         let result = try await body(broker)
         try await broker.stop()

@@ -28,7 +28,7 @@ public final class Watch {
         let id = try TestBroker.id(user)
         let wanted = [
             status.map { "status \($0)" }, reason.map { "reason \($0)" }, text.map { "text '\($0)'" },
-            sessions.map { "\($0) sessions" },
+            sessions.map(Self.sessions),
         ].compactMap { $0 }.joined(separator: ", ")
         let found = try next(of: id, within: milliseconds) { record in
             (status == nil || record.status == status) && (reason == nil || record.reason == reason)
@@ -70,11 +70,14 @@ public final class Watch {
         return nil
     }
 
+    /// "1 session", "2 sessions".
+    static func sessions(_ count: Int) -> String { count == 1 ? "1 session" : "\(count) sessions" }
+
     static func describe(_ records: [PresenceRecord]) -> String {
         guard !records.isEmpty else { return "nothing" }
         return records.map { record in
             "\(record.status)" + (record.reason.map { " (\($0))" } ?? "") + (record.text.map { " '\($0)'" } ?? "")
-                + " \(record.sessions) sessions"
+                + " " + sessions(record.sessions)
         }.joined(separator: "; ")
     }
 }

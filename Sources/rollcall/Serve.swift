@@ -4,10 +4,9 @@ import Logging
 import RollCallBroker
 import RollCallGateway
 import RollCallOperations
-import RollCallSecurity
+import RollCallServer
 import RollCallWire
 import ServiceLifecycle
-import Synchronization
 import UnixSignals
 
 struct Serve: AsyncParsableCommand {
@@ -20,51 +19,66 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup(title: "WebSocket") var webSocket: WebSocketOptions
 
-    @Option(help: "Heartbeat interval asked of clients, ms. Env: ROLLCALL_HEARTBEAT_MS. Default: 1000.")
+    @Option(
+        help:
+            "Heartbeat interval asked of clients, ms. Env: ROLLCALL_HEARTBEAT_MS. Default: \(defaults.presence.heartbeatMilliseconds)."
+    )
     var heartbeatMs: Int64?
 
-    @Option(help: "Session TTL when a hello names none, ms. Env: ROLLCALL_TTL_MS. Default: 3000.")
+    @Option(
+        help:
+            "Session TTL when a hello names none, ms. Env: ROLLCALL_TTL_MS. Default: \(defaults.presence.defaultTTLMilliseconds)."
+    )
     var ttlMs: Int64?
 
-    @Option(help: "Smallest TTL a client may ask for, ms. Env: ROLLCALL_MIN_TTL_MS. Default: 1000.")
+    @Option(
+        help:
+            "Smallest TTL a client may ask for, ms. Env: ROLLCALL_MIN_TTL_MS. Default: \(defaults.presence.minTTLMilliseconds)."
+    )
     var minTtlMs: Int64?
 
-    @Option(help: "Largest TTL a client may ask for, ms. Env: ROLLCALL_MAX_TTL_MS. Default: 3600000.")
+    @Option(
+        help:
+            "Largest TTL a client may ask for, ms. Env: ROLLCALL_MAX_TTL_MS. Default: \(defaults.presence.maxTTLMilliseconds)."
+    )
     var maxTtlMs: Int64?
 
     @Option(
         help:
-            "Largest request body, bytes (4x this drops the connection). Env: ROLLCALL_MAX_MESSAGE_BYTES. Default: 65536."
+            "Largest request body, bytes (4x this drops the connection). Env: ROLLCALL_MAX_MESSAGE_BYTES. Default: \(defaults.maxMessageBytes)."
     )
     var maxMessageBytes: Int?
 
-    @Option(help: "Live sessions in the broker. Env: ROLLCALL_MAX_SESSIONS. Default: 1000000.")
+    @Option(help: "Live sessions in the broker. Env: ROLLCALL_MAX_SESSIONS. Default: \(defaults.presence.maxSessions).")
     var maxSessions: Int?
 
-    @Option(help: "Live sessions per user. Env: ROLLCALL_MAX_SESSIONS_PER_USER. Default: 32.")
+    @Option(
+        help:
+            "Live sessions per user. Env: ROLLCALL_MAX_SESSIONS_PER_USER. Default: \(defaults.presence.maxSessionsPerUser)."
+    )
     var maxSessionsPerUser: Int?
 
     @Option(
         help:
-            "Updates queued per subscriber before the broker holds its updates back. Env: ROLLCALL_UPDATE_HWM. Default: 10000."
+            "Updates queued per subscriber before the broker holds its updates back. Env: ROLLCALL_UPDATE_HWM. Default: \(defaults.updateHighWaterMark)."
     )
     var updateHwm: Int32?
 
     @Option(
         help:
-            "The longest an update waits for a full subscriber, ms. Env: ROLLCALL_UPDATE_STALL_MS. Default: 1000."
+            "The longest an update waits for a full subscriber, ms. Env: ROLLCALL_UPDATE_STALL_MS. Default: \(defaults.updateStallMilliseconds)."
     )
     var updateStallMs: Int64?
 
     @Option(
         help:
-            "Bytes of updates held back for full subscribers at most. Env: ROLLCALL_UPDATE_QUEUE_BYTES. Default: 67108864."
+            "Bytes of updates held back for full subscribers at most. Env: ROLLCALL_UPDATE_QUEUE_BYTES. Default: \(defaults.updateQueueBytes)."
     )
     var updateQueueBytes: Int?
 
     @Option(
         help:
-            "How long a session whose connection closed may come back before it ends, ms. Env: ROLLCALL_OFFLINE_GRACE_MS. Default: 0."
+            "How long a session whose connection closed may come back before it ends, ms. Env: ROLLCALL_OFFLINE_GRACE_MS. Default: \(defaults.presence.offlineGraceMilliseconds)."
     )
     var offlineGraceMs: Int64?
 
@@ -80,61 +94,66 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help:
-            "How often changes are written, ms: the most a kill -9 loses. Env: ROLLCALL_WRITE_INTERVAL_MS. Default: 200."
+            "How often changes are written, ms: the most a kill -9 loses. Env: ROLLCALL_WRITE_INTERVAL_MS. Default: \(defaults.writeIntervalMilliseconds)."
     )
     var writeIntervalMs: Int64?
 
     @Option(
         help:
-            "How often the broker publishes its heartbeat on broker/, ms. Env: ROLLCALL_BROKER_HEARTBEAT_MS. Default: 1000."
+            "How often the broker publishes its heartbeat on broker/, ms. Env: ROLLCALL_BROKER_HEARTBEAT_MS. Default: \(defaults.brokerHeartbeatMilliseconds)."
     )
     var brokerHeartbeatMs: Int64?
 
-    @Option(help: "At most one message per group per this window, ms. Env: ROLLCALL_GROUP_BATCH_MS. Default: 50.")
+    @Option(
+        help:
+            "At most one message per group per this window, ms. Env: ROLLCALL_GROUP_BATCH_MS. Default: \(defaults.presence.groupBatchMilliseconds)."
+    )
     var groupBatchMs: Int64?
 
-    @Option(help: "Members of one group. Env: ROLLCALL_MAX_GROUP_SIZE. Default: 10000.")
+    @Option(help: "Members of one group. Env: ROLLCALL_MAX_GROUP_SIZE. Default: \(defaults.presence.maxGroupSize).")
     var maxGroupSize: Int?
 
-    @Option(help: "Groups in the broker. Env: ROLLCALL_MAX_GROUPS. Default: 1000000.")
+    @Option(help: "Groups in the broker. Env: ROLLCALL_MAX_GROUPS. Default: \(defaults.presence.maxGroups).")
     var maxGroups: Int?
 
-    @Option(help: "Memberships over all groups. Env: ROLLCALL_MAX_MEMBERSHIPS. Default: 10000000.")
+    @Option(
+        help:
+            "Memberships over all groups. Env: ROLLCALL_MAX_MEMBERSHIPS. Default: \(defaults.presence.maxMemberships).")
     var maxMemberships: Int?
 
     @Option(
         help:
-            "Largest reply body, bytes; longer group and query answers are paged. Env: ROLLCALL_MAX_REPLY_BYTES. Default: 65536."
+            "Largest reply body, bytes; longer group and query answers are paged. Env: ROLLCALL_MAX_REPLY_BYTES. Default: \(defaults.maxReplyBytes)."
     )
     var maxReplyBytes: Int?
 
     @Option(
         help:
-            "Connections on the command endpoint; more are closed when accepted. Env: ROLLCALL_MAX_CONNECTIONS. Default: 60000."
+            "Connections on the command endpoint; more are closed when accepted. Env: ROLLCALL_MAX_CONNECTIONS. Default: \(defaults.maxConnections)."
     )
     var maxConnections: Int?
 
     @Option(
         help:
-            "Unread replies queued per command connection before more are dropped. Env: ROLLCALL_COMMAND_HWM. Default: 1000."
+            "Unread replies queued per command connection before more are dropped. Env: ROLLCALL_COMMAND_HWM. Default: \(defaults.commandHighWaterMark)."
     )
     var commandHwm: Int32?
 
     @Option(
         help:
-            "ZMTP PING interval on every connection, ms; 0 turns them off. Env: ROLLCALL_CONNECTION_HEARTBEAT_MS. Default: 10000."
+            "ZMTP PING interval on every connection, ms; 0 turns them off. Env: ROLLCALL_CONNECTION_HEARTBEAT_MS. Default: \(defaults.connectionHeartbeatMilliseconds)."
     )
     var connectionHeartbeatMs: Int32?
 
     @Option(
         help:
-            "Silence after a PING before a connection is closed, ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS. Default: 20000."
+            "Silence after a PING before a connection is closed, ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS. Default: \(defaults.connectionHeartbeatTimeoutMilliseconds)."
     )
     var connectionHeartbeatTimeoutMs: Int32?
 
     @Option(
         help:
-            "Silence from the broker after which peers close the connection (sent in PINGs), ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS. Default: 60000."
+            "Silence from the broker after which peers close the connection (sent in PINGs), ms. Env: ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS. Default: \(defaults.connectionHeartbeatTTLMilliseconds)."
     )
     var connectionHeartbeatTtlMs: Int32?
 
@@ -165,11 +184,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "text, or json (one object per line, for log shippers). Env: ROLLCALL_LOG_FORMAT. Default: text.")
     var logFormat: String?
 
-    @Option(
-        help:
-            "HOST:PORT for metrics, health, readiness and the status page (0: a free port). Env: ROLLCALL_HTTP_ENDPOINT. Default: off."
-    )
-    var httpEndpoint: String?
+    @OptionGroup(title: "Operations endpoint") var http: HTTPOptions
 
     @Flag(
         help:
@@ -188,121 +203,81 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help:
-            "The node's lease in etcd, ms: a lost node's sessions end everywhere within it (plus 1 s). Env: ROLLCALL_NODE_LEASE_MS. Default: 5000."
+            "The node's lease in etcd, ms: a lost node's sessions end everywhere within it (plus 1 s). Env: ROLLCALL_NODE_LEASE_MS. Default: \(ClusterSettings.defaultLeaseMilliseconds)."
     )
     var nodeLeaseMs: Int64?
 
     @Flag(help: "Once ready, print one JSON line with the bound endpoints and the epoch on stdout.")
     var printEndpoints = false
 
-    func configuration() throws -> BrokerConfiguration {
-        var c = BrokerConfiguration()
-        c.testMode = testMode
-        // Test mode takes free loopback ports unless told otherwise, so that tests can run side by side.
-        let free = "tcp://127.0.0.1:*"
-        c.commandEndpoint =
-            testMode
-            ? try setting(endpoints.commandEndpoint, "ROLLCALL_COMMAND_ENDPOINT", default: free)
-            : try endpoints.command()
-        c.updateEndpoint =
-            testMode
-            ? try setting(endpoints.updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: free) : try endpoints.update()
-        c.presence.heartbeatMilliseconds = try setting(heartbeatMs, "ROLLCALL_HEARTBEAT_MS", default: 1_000)
-        c.presence.defaultTTLMilliseconds = try setting(ttlMs, "ROLLCALL_TTL_MS", default: 3_000)
-        c.presence.minTTLMilliseconds = try setting(minTtlMs, "ROLLCALL_MIN_TTL_MS", default: 1_000)
-        c.presence.maxTTLMilliseconds = try setting(maxTtlMs, "ROLLCALL_MAX_TTL_MS", default: 3_600_000)
-        c.maxMessageBytes = try setting(maxMessageBytes, "ROLLCALL_MAX_MESSAGE_BYTES", default: 65_536)
-        c.presence.maxSessions = try setting(maxSessions, "ROLLCALL_MAX_SESSIONS", default: 1_000_000)
-        c.presence.maxSessionsPerUser = try setting(maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: 32)
-        c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: 10_000)
-        c.updateStallMilliseconds = try setting(updateStallMs, "ROLLCALL_UPDATE_STALL_MS", default: 1_000)
-        c.updateQueueBytes = try setting(updateQueueBytes, "ROLLCALL_UPDATE_QUEUE_BYTES", default: 67_108_864)
-        c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
-        c.maxReplyBytes = try setting(maxReplyBytes, "ROLLCALL_MAX_REPLY_BYTES", default: 65_536)
-        c.maxConnections = try setting(maxConnections, "ROLLCALL_MAX_CONNECTIONS", default: 60_000)
-        c.commandHighWaterMark = try setting(commandHwm, "ROLLCALL_COMMAND_HWM", default: 1_000)
-        c.connectionHeartbeatMilliseconds = try setting(
-            connectionHeartbeatMs, "ROLLCALL_CONNECTION_HEARTBEAT_MS", default: 10_000)
-        c.connectionHeartbeatTimeoutMilliseconds = try setting(
-            connectionHeartbeatTimeoutMs, "ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS", default: 20_000)
-        c.connectionHeartbeatTTLMilliseconds = try setting(
-            connectionHeartbeatTtlMs, "ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS", default: 60_000)
+    /// What the flags and environment say, each setting from its flag, else its `ROLLCALL_*` variable, else its
+    /// default; the rules across settings are the assembly's (``ServeOptions/configuration()``).
+    func options() throws -> ServeOptions {
         let environment = ProcessInfo.processInfo.environment
-        let clusterURLs = cluster ?? environment["ROLLCALL_CLUSTER"]
-        // A node of a cluster keeps its state in etcd: no data directory unless one is named (which is refused).
-        if ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1" || ((testMode || clusterURLs != nil) && dataDir == nil)
-        {
-            guard dataDir == nil else { throw ValidationError("--ephemeral and --data-dir exclude each other") }
-            c.storage = .none
-        } else {
-            c.storage = .directory(try setting(dataDir, "ROLLCALL_DATA_DIR", default: defaultDataDirectory()))
-        }
-        c.writeIntervalMilliseconds = try setting(writeIntervalMs, "ROLLCALL_WRITE_INTERVAL_MS", default: 200)
-        c.brokerHeartbeatMilliseconds = try setting(brokerHeartbeatMs, "ROLLCALL_BROKER_HEARTBEAT_MS", default: 1_000)
-        c.presence.offlineGraceMilliseconds = try setting(offlineGraceMs, "ROLLCALL_OFFLINE_GRACE_MS", default: 0)
-        c.presence.groupBatchMilliseconds = try setting(groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: 50)
-        c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: 10_000)
-        c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: 1_000_000)
-        c.presence.maxMemberships = try setting(maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: 10_000_000)
+        var c = defaults
+        c.testMode = testMode
+        c.presence.heartbeatMilliseconds = try setting(
+            heartbeatMs, "ROLLCALL_HEARTBEAT_MS", default: c.presence.heartbeatMilliseconds)
+        c.presence.defaultTTLMilliseconds = try setting(
+            ttlMs, "ROLLCALL_TTL_MS", default: c.presence.defaultTTLMilliseconds)
+        c.presence.minTTLMilliseconds = try setting(
+            minTtlMs, "ROLLCALL_MIN_TTL_MS", default: c.presence.minTTLMilliseconds)
+        c.presence.maxTTLMilliseconds = try setting(
+            maxTtlMs, "ROLLCALL_MAX_TTL_MS", default: c.presence.maxTTLMilliseconds)
+        c.maxMessageBytes = try setting(maxMessageBytes, "ROLLCALL_MAX_MESSAGE_BYTES", default: c.maxMessageBytes)
+        c.presence.maxSessions = try setting(maxSessions, "ROLLCALL_MAX_SESSIONS", default: c.presence.maxSessions)
+        c.presence.maxSessionsPerUser = try setting(
+            maxSessionsPerUser, "ROLLCALL_MAX_SESSIONS_PER_USER", default: c.presence.maxSessionsPerUser)
+        c.updateHighWaterMark = try setting(updateHwm, "ROLLCALL_UPDATE_HWM", default: c.updateHighWaterMark)
+        c.updateStallMilliseconds = try setting(
+            updateStallMs, "ROLLCALL_UPDATE_STALL_MS", default: c.updateStallMilliseconds)
+        c.updateQueueBytes = try setting(updateQueueBytes, "ROLLCALL_UPDATE_QUEUE_BYTES", default: c.updateQueueBytes)
+        c.brokerID = try setting(brokerId, "ROLLCALL_BROKER_ID", default: c.brokerID)
+        c.maxReplyBytes = try setting(maxReplyBytes, "ROLLCALL_MAX_REPLY_BYTES", default: c.maxReplyBytes)
+        c.maxConnections = try setting(maxConnections, "ROLLCALL_MAX_CONNECTIONS", default: c.maxConnections)
+        c.commandHighWaterMark = try setting(commandHwm, "ROLLCALL_COMMAND_HWM", default: c.commandHighWaterMark)
+        c.connectionHeartbeatMilliseconds = try setting(
+            connectionHeartbeatMs, "ROLLCALL_CONNECTION_HEARTBEAT_MS", default: c.connectionHeartbeatMilliseconds)
+        c.connectionHeartbeatTimeoutMilliseconds = try setting(
+            connectionHeartbeatTimeoutMs, "ROLLCALL_CONNECTION_HEARTBEAT_TIMEOUT_MS",
+            default: c.connectionHeartbeatTimeoutMilliseconds)
+        c.connectionHeartbeatTTLMilliseconds = try setting(
+            connectionHeartbeatTtlMs, "ROLLCALL_CONNECTION_HEARTBEAT_TTL_MS",
+            default: c.connectionHeartbeatTTLMilliseconds)
+        c.writeIntervalMilliseconds = try setting(
+            writeIntervalMs, "ROLLCALL_WRITE_INTERVAL_MS", default: c.writeIntervalMilliseconds)
+        c.brokerHeartbeatMilliseconds = try setting(
+            brokerHeartbeatMs, "ROLLCALL_BROKER_HEARTBEAT_MS", default: c.brokerHeartbeatMilliseconds)
+        c.presence.offlineGraceMilliseconds = try setting(
+            offlineGraceMs, "ROLLCALL_OFFLINE_GRACE_MS", default: c.presence.offlineGraceMilliseconds)
+        c.presence.groupBatchMilliseconds = try setting(
+            groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: c.presence.groupBatchMilliseconds)
+        c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: c.presence.maxGroupSize)
+        c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: c.presence.maxGroups)
+        c.presence.maxMemberships = try setting(
+            maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: c.presence.maxMemberships)
         try webSocket.apply(to: &c)
         c.insecure = insecure || environment["ROLLCALL_INSECURE"] == "1"
-        c.curve = try curveSettings(environment)
-        if let clusterURLs {
-            let nodeID = try setting(nodeId, "ROLLCALL_NODE_ID", default: c.brokerID)
-            if nodeId == nil && environment["ROLLCALL_NODE_ID"] == nil && !ClusterSettings.isValidNodeID(nodeID) {
-                throw ConfigurationError(
-                    "--node-id",
-                    "was not given, and the broker id '\(nodeID)' (--broker-id, else the host name) is not a valid "
-                        + "node id (1 to 64 of A-Z a-z 0-9 . _ -): give --node-id")
-            }
-            c.cluster = try ClusterSettings(
-                cluster: clusterURLs, nodeID: nodeID,
-                leaseMilliseconds: try setting(nodeLeaseMs, "ROLLCALL_NODE_LEASE_MS", default: 5_000))
-        } else if nodeId != nil || nodeLeaseMs != nil {
-            throw ConfigurationError("--node-id", "and --node-lease-ms need --cluster")
+        var o = ServeOptions()
+        o.broker = c
+        o.commandEndpoint = endpoints.commandEndpoint ?? environment["ROLLCALL_COMMAND_ENDPOINT"]
+        o.updateEndpoint = endpoints.updateEndpoint ?? environment["ROLLCALL_UPDATE_ENDPOINT"]
+        o.dataDirectory = dataDir
+        o.defaultDataDirectory = environment["ROLLCALL_DATA_DIR"] ?? defaultDataDirectory()
+        o.ephemeral = ephemeral || environment["ROLLCALL_EPHEMERAL"] == "1"
+        o.cluster = cluster ?? environment["ROLLCALL_CLUSTER"]
+        // The node's settings from the environment count only on a node: a unit file may set them for every host.
+        let onNode = o.cluster != nil
+        o.nodeID = nodeId ?? (onNode ? environment["ROLLCALL_NODE_ID"] : nil)
+        if let lease = nodeLeaseMs {
+            o.nodeLeaseMilliseconds = lease
+        } else if onNode, let text = environment["ROLLCALL_NODE_LEASE_MS"] {
+            o.nodeLeaseMilliseconds = try parseSetting(text, "ROLLCALL_NODE_LEASE_MS")
         }
-        // The ranges and the checks across settings belong to the broker library, which any embedder gets too.
-        try c.validate()
-        return c
-    }
-
-    /// The key pair and the authorized-keys table, read at start: a file that cannot be used stops the start with
-    /// one line that names it (and the line at fault).
-    private func curveSettings(_ environment: [String: String]) throws -> CurveSettings? {
-        let secretFile = curveSecretKeyFile ?? environment["ROLLCALL_CURVE_SECRET_KEY_FILE"]
-        let keysFile = authorizedKeys ?? environment["ROLLCALL_AUTHORIZED_KEYS"]
-        guard let secretFile else {
-            guard keysFile == nil else {
-                throw ConfigurationError(
-                    "--authorized-keys", "needs --curve-secret-key-file: CURVE is what checks keys")
-            }
-            return nil
-        }
-        guard let keysFile else {
-            throw ConfigurationError(
-                "--curve-secret-key-file", "needs --authorized-keys: the table of keys that may connect")
-        }
-        let certificate: Certificate
-        do {
-            certificate = try CertificateFile.read(secretFile)
-        } catch {
-            throw ConfigurationError("--curve-secret-key-file", "\(error)")
-        }
-        guard let secret = certificate.secretKey else {
-            throw ConfigurationError(
-                "--curve-secret-key-file", "\(secretFile) is a public certificate: the broker needs its secret key")
-        }
-        switch AuthorizedKeys.load(path: keysFile) {
-        case .success(let keys):
-            // A file of comments only (or one misread, such as a table whose every key line was commented out)
-            // would lock everyone out without a word.
-            guard !keys.roles.isEmpty else {
-                throw ConfigurationError("--authorized-keys", "\(keysFile) lists no key: nobody could connect")
-            }
-            return CurveSettings(secretKey: secret.z85, authorizedKeys: keys, authorizedKeysPath: keysFile)
-        case .failure(let error):
-            throw ConfigurationError("--authorized-keys", "\(error)")
-        }
+        o.curveSecretKeyFile = curveSecretKeyFile ?? environment["ROLLCALL_CURVE_SECRET_KEY_FILE"]
+        o.authorizedKeysFile = authorizedKeys ?? environment["ROLLCALL_AUTHORIZED_KEYS"]
+        o.operations = try http.settings()
+        return o
     }
 
     func run() async throws {
@@ -313,9 +288,9 @@ struct Serve: AsyncParsableCommand {
         // SIGHUP (a closing terminal or ssh session), SIGUSR1/2 and SIGALRM would end the process before its final
         // write; they are caught from the start and noted instead.
         let otherSignals = await UnixSignalsSequence(trapping: .sighup, .sigusr1, .sigusr2, .sigalrm)
-        let configuration: BrokerConfiguration
+        let configuration: ServerConfiguration
         do {
-            configuration = try self.configuration()
+            configuration = try options().configuration()
         } catch let error as ConfigurationError {
             // A setting out of range is a usage error (64, EX_USAGE): systemd's unit does not restart on it.
             _ = fail(error)
@@ -329,14 +304,6 @@ struct Serve: AsyncParsableCommand {
         guard format == "text" || format == "json" else {
             throw ValidationError("--log-format must be text or json, not '\(format)'")
         }
-        let http = try setting(httpEndpoint, "ROLLCALL_HTTP_ENDPOINT", default: "")
-        let httpAddress: (host: String, port: Int)?
-        do {
-            httpAddress = http.isEmpty ? nil : try OperationsServer.parse(endpoint: http)
-        } catch {
-            _ = fail(error)
-            throw ExitCode(64)
-        }
         LoggingSystem.bootstrap { label in
             var handler: any LogHandler =
                 format == "json" ? JSONLogHandler(label: label) : StreamLogHandler.standardError(label: label)
@@ -345,79 +312,24 @@ struct Serve: AsyncParsableCommand {
         }
         let logger = Logger(label: "rollcall")
         // The metrics backend comes before the broker, whose metrics are made with it.
-        let exporter = httpAddress.map { _ in MetricsExporter() }
+        let exporter = configuration.operations.map { _ in MetricsExporter() }
         exporter?.bootstrap()
-        let broker: Broker
+        let server: RollCallServer
         do {
-            broker = try Broker(configuration: configuration, logger: logger)
+            server = try await RollCallServer(
+                configuration, logger: logger, metrics: exporter, environment: ProcessInfo.processInfo.environment)
         } catch {
             throw fail(error)
         }
-        if configuration.testMode {
+        let broker = server.broker
+        if configuration.broker.testMode {
             logger.warning(
                 "TEST MODE: the clock moves only by advance requests and nothing is kept; never run this in production")
         }
-        // Started in this order and stopped in the reverse: systemd hears STOPPING first, and the HTTP endpoint
-        // answers /readyz with 503 until the broker has written its last changes.
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
-        let bound = BoundEndpoint()
-        if let httpAddress, let exporter {
-            let server = OperationsServer(
-                host: httpAddress.host, port: httpAddress.port, broker: broker, metrics: exporter, logger: logger
-            ) { host, port in
-                bound.set(host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
-                logger.info("http endpoint listening", metadata: ["http": "\(host):\(port)"])
-            }
-            services.append(.init(service: server))
-        }
-        let wsBound = BoundEndpoint()
-        do {
-            if let server = try await WebSocketOptions.server(
-                configuration, broker: broker, logger: logger, onBound: { wsBound.set($0) })
-            {
-                services.append(.init(service: server))
-            }
-        } catch {
-            throw fail(error)
-        }
-        services.append(.init(service: broker))
-        let environment = ProcessInfo.processInfo.environment
-        if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
-            services.append(.init(service: notifier))
-        }
-        let group = ServiceGroup(
-            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = server.serviceGroup(gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             if printEndpoints {
-                let waitsForHTTP = httpAddress != nil
-                let waitsForWS = configuration.webSocket.endpoint != nil
-                tasks.addTask {
-                    while !broker.isRunning || (waitsForHTTP && bound.get() == nil)
-                        || (waitsForWS && wsBound.get() == nil)
-                    {
-                        try await Task.sleep(for: .milliseconds(1))
-                    }
-                    var line = JSONWriter()
-                    line.beginObject()
-                    line.key("command")
-                    line.string(broker.commandEndpoint)
-                    line.key("update")
-                    line.string(broker.updateEndpoint)
-                    if let http = bound.get() {
-                        line.key("http")
-                        line.string(http)
-                    }
-                    if let ws = wsBound.get() {
-                        line.key("ws")
-                        line.string("\(ws)\(WebSocketServer.path)")
-                    }
-                    line.key("epoch")
-                    line.string(broker.epoch)
-                    line.key("test_mode")
-                    line.bool(configuration.testMode)
-                    line.endObject()
-                    emit(String(decoding: line.bytes, as: UTF8.self))
-                }
+                tasks.addTask { try await Self.printEndpoints(of: server) }
             }
             tasks.addTask {
                 for await signal in otherSignals {
@@ -432,13 +344,36 @@ struct Serve: AsyncParsableCommand {
             }
         }
     }
-}
 
-/// The HTTP endpoint's address once it listens, for --print-endpoints.
-final class BoundEndpoint: Sendable {
-    private let address = Mutex<String?>(nil)
-    func set(_ text: String) { address.withLock { $0 = text } }
-    func get() -> String? { address.withLock { $0 } }
+    /// Once the broker turns and every endpoint listens, one JSON line with their addresses and the epoch.
+    private static func printEndpoints(of server: RollCallServer) async throws {
+        let broker = server.broker
+        while !broker.isRunning || (server.operations != nil && server.operationsAddress == nil)
+            || (server.webSocket != nil && server.webSocketAddress == nil)
+        {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        var line = JSONWriter()
+        line.beginObject()
+        line.key("command")
+        line.string(broker.commandEndpoint)
+        line.key("update")
+        line.string(broker.updateEndpoint)
+        if let http = server.operationsAddress {
+            line.key("http")
+            line.string(http)
+        }
+        if let ws = server.webSocketAddress {
+            line.key("ws")
+            line.string("\(ws)\(WebSocketServer.path)")
+        }
+        line.key("epoch")
+        line.string(broker.epoch)
+        line.key("test_mode")
+        line.bool(server.configuration.broker.testMode)
+        line.endObject()
+        emit(String(decoding: line.bytes, as: UTF8.self))
+    }
 }
 
 /// `$XDG_STATE_HOME/rollcall`, else `~/.local/state/rollcall`: a user's state directory, by the XDG convention.

@@ -1,11 +1,21 @@
 import ArgumentParser
 import Foundation
+import RollCallBroker
 import RollCallClient
+
+/// The broker's defaults, written once (in ``BrokerConfiguration`` and the settings it holds): every setting falls
+/// back to its value there, and the help texts show it.
+let defaults = BrokerConfiguration()
 
 /// A setting read from its flag, else from its `ROLLCALL_*` environment variable, else its default.
 func setting<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, default value: T) throws -> T {
     if let flag { return flag }
     guard let text = ProcessInfo.processInfo.environment[variable] else { return value }
+    return try parseSetting(text, variable)
+}
+
+/// The value of environment variable `variable`, `text`.
+func parseSetting<T: LosslessStringConvertible>(_ text: String, _ variable: String) throws -> T {
     guard let parsed = T(text) else { throw ValidationError("\(variable)=\(text) is not a valid value") }
     return parsed
 }
@@ -13,18 +23,22 @@ func setting<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, defau
 /// The endpoints every subcommand takes.
 struct Endpoints: ParsableArguments {
     @Option(
-        help: "The broker's command endpoint (ROUTER). Env: ROLLCALL_COMMAND_ENDPOINT. Default: tcp://127.0.0.1:7730.")
+        help:
+            "The broker's command endpoint (ROUTER). Env: ROLLCALL_COMMAND_ENDPOINT. Default: \(defaults.commandEndpoint)."
+    )
     var commandEndpoint: String?
 
-    @Option(help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: tcp://127.0.0.1:7731.")
+    @Option(
+        help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: \(defaults.updateEndpoint)."
+    )
     var updateEndpoint: String?
 
     func command() throws -> String {
-        try setting(commandEndpoint, "ROLLCALL_COMMAND_ENDPOINT", default: "tcp://127.0.0.1:7730")
+        try setting(commandEndpoint, "ROLLCALL_COMMAND_ENDPOINT", default: defaults.commandEndpoint)
     }
 
     func update() throws -> String {
-        try setting(updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: "tcp://127.0.0.1:7731")
+        try setting(updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: defaults.updateEndpoint)
     }
 }
 
@@ -34,11 +48,13 @@ struct Endpoints: ParsableArguments {
 struct ClientEndpoints: ParsableArguments {
     @Option(
         help:
-            "The broker's command endpoint (ROUTER); repeat it or give a comma list for several nodes: online fails over between them, other commands use the first that answers. Env: ROLLCALL_COMMAND_ENDPOINT (a comma list). Default: tcp://127.0.0.1:7730."
+            "The broker's command endpoint (ROUTER); repeat it or give a comma list for several nodes: online fails over between them, other commands use the first that answers. Env: ROLLCALL_COMMAND_ENDPOINT (a comma list). Default: \(defaults.commandEndpoint)."
     )
     var commandEndpoint: [String] = []
 
-    @Option(help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: tcp://127.0.0.1:7731.")
+    @Option(
+        help: "The broker's update endpoint (XPUB). Env: ROLLCALL_UPDATE_ENDPOINT. Default: \(defaults.updateEndpoint)."
+    )
     var updateEndpoint: String?
 
     /// The command endpoints, in the order given: from the flags, else from `ROLLCALL_COMMAND_ENDPOINT`, else the
@@ -47,7 +63,7 @@ struct ClientEndpoints: ParsableArguments {
         let texts =
             !commandEndpoint.isEmpty
             ? commandEndpoint
-            : [ProcessInfo.processInfo.environment["ROLLCALL_COMMAND_ENDPOINT"] ?? "tcp://127.0.0.1:7730"]
+            : [ProcessInfo.processInfo.environment["ROLLCALL_COMMAND_ENDPOINT"] ?? defaults.commandEndpoint]
         let endpoints = texts.flatMap { $0.split(separator: ",", omittingEmptySubsequences: false) }
             .map { $0.trimmingCharacters(in: .whitespaces) }
         guard !endpoints.contains(where: \.isEmpty) else {
@@ -60,7 +76,7 @@ struct ClientEndpoints: ParsableArguments {
     func command() throws -> String { try commands()[0] }
 
     func update() throws -> String {
-        try setting(updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: "tcp://127.0.0.1:7731")
+        try setting(updateEndpoint, "ROLLCALL_UPDATE_ENDPOINT", default: defaults.updateEndpoint)
     }
 }
 

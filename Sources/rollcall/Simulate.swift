@@ -2,7 +2,6 @@ import ArgumentParser
 import Foundation
 import RollCallClient
 import RollCallCore
-import RollCallTestSupport
 
 struct Simulate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

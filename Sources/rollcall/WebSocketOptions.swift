@@ -1,8 +1,6 @@
 import ArgumentParser
 import Foundation
-import Logging
 import RollCallBroker
-import RollCallGateway
 
 /// `rollcall serve`'s WebSocket options (docs/websocket.md).
 struct WebSocketOptions: ParsableArguments {
@@ -13,32 +11,37 @@ struct WebSocketOptions: ParsableArguments {
 
     @Option(
         help:
-            "Ping interval on every WebSocket, ms; one that misses a pong is closed. Env: ROLLCALL_WS_PING_MS. Default: 10000."
+            "Ping interval on every WebSocket, ms; one that misses a pong is closed. Env: ROLLCALL_WS_PING_MS. Default: \(defaults.webSocket.pingMilliseconds)."
     )
     var wsPingMs: Int64?
 
-    @Option(help: "Open WebSocket connections at most. Env: ROLLCALL_WS_MAX_CONNECTIONS. Default: 10000.")
+    @Option(
+        help:
+            "Open WebSocket connections at most. Env: ROLLCALL_WS_MAX_CONNECTIONS. Default: \(defaults.webSocket.maxConnections)."
+    )
     var wsMaxConnections: Int?
 
     @Option(
-        help: "Topics one WebSocket may subscribe to. Env: ROLLCALL_WS_MAX_SUBSCRIPTIONS. Default: 1000.")
+        help:
+            "Topics one WebSocket may subscribe to. Env: ROLLCALL_WS_MAX_SUBSCRIPTIONS. Default: \(defaults.webSocket.maxSubscriptions)."
+    )
     var wsMaxSubscriptions: Int?
 
     @Option(
         help:
-            "Bytes queued for one WebSocket before it is closed as too slow (4008). Env: ROLLCALL_WS_SEND_QUEUE_BYTES. Default: 1048576."
+            "Bytes queued for one WebSocket before it is closed as too slow (4008). Env: ROLLCALL_WS_SEND_QUEUE_BYTES. Default: \(defaults.webSocket.sendQueueBytes)."
     )
     var wsSendQueueBytes: Int?
 
     @Option(
         help:
-            "Time an accepted connection has to be upgraded to a WebSocket, ms; then it is closed. Env: ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS. Default: 10000."
+            "Time an accepted connection has to be upgraded to a WebSocket, ms; then it is closed. Env: ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS. Default: \(defaults.webSocket.handshakeMilliseconds)."
     )
     var wsHandshakeTimeoutMs: Int64?
 
     @Option(
         help:
-            "Connections waiting for their WebSocket upgrade at most; one more is closed at once. Env: ROLLCALL_WS_MAX_PENDING_UPGRADES. Default: 1000."
+            "Connections waiting for their WebSocket upgrade at most; one more is closed at once. Env: ROLLCALL_WS_MAX_PENDING_UPGRADES. Default: \(defaults.webSocket.maxPendingUpgrades)."
     )
     var wsMaxPendingUpgrades: Int?
 
@@ -70,48 +73,22 @@ struct WebSocketOptions: ParsableArguments {
             flag ?? environment[variable].flatMap { $0.isEmpty ? nil : $0 }
         }
         c.webSocket.endpoint = optional(wsEndpoint, "ROLLCALL_WS_ENDPOINT")
-        c.webSocket.pingMilliseconds = try setting(wsPingMs, "ROLLCALL_WS_PING_MS", default: 10_000)
-        c.webSocket.maxConnections = try setting(wsMaxConnections, "ROLLCALL_WS_MAX_CONNECTIONS", default: 10_000)
+        c.webSocket.pingMilliseconds = try setting(
+            wsPingMs, "ROLLCALL_WS_PING_MS", default: c.webSocket.pingMilliseconds)
+        c.webSocket.maxConnections = try setting(
+            wsMaxConnections, "ROLLCALL_WS_MAX_CONNECTIONS", default: c.webSocket.maxConnections)
         c.webSocket.maxSubscriptions = try setting(
-            wsMaxSubscriptions, "ROLLCALL_WS_MAX_SUBSCRIPTIONS", default: 1_000)
-        c.webSocket.sendQueueBytes = try setting(wsSendQueueBytes, "ROLLCALL_WS_SEND_QUEUE_BYTES", default: 1_048_576)
+            wsMaxSubscriptions, "ROLLCALL_WS_MAX_SUBSCRIPTIONS", default: c.webSocket.maxSubscriptions)
+        c.webSocket.sendQueueBytes = try setting(
+            wsSendQueueBytes, "ROLLCALL_WS_SEND_QUEUE_BYTES", default: c.webSocket.sendQueueBytes)
         c.webSocket.handshakeMilliseconds = try setting(
-            wsHandshakeTimeoutMs, "ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS", default: 10_000)
+            wsHandshakeTimeoutMs, "ROLLCALL_WS_HANDSHAKE_TIMEOUT_MS", default: c.webSocket.handshakeMilliseconds)
         c.webSocket.maxPendingUpgrades = try setting(
-            wsMaxPendingUpgrades, "ROLLCALL_WS_MAX_PENDING_UPGRADES", default: 1_000)
+            wsMaxPendingUpgrades, "ROLLCALL_WS_MAX_PENDING_UPGRADES", default: c.webSocket.maxPendingUpgrades)
         c.webSocket.jwtKeyFile = optional(jwtKeyFile, "ROLLCALL_JWT_KEY_FILE")
         c.webSocket.jwtIssuer = optional(jwtIssuer, "ROLLCALL_JWT_ISSUER")
         c.webSocket.jwtAudience = optional(jwtAudience, "ROLLCALL_JWT_AUDIENCE")
         c.webSocket.tlsCertFile = optional(wsTlsCertFile, "ROLLCALL_WS_TLS_CERT_FILE")
         c.webSocket.tlsKeyFile = optional(wsTlsKeyFile, "ROLLCALL_WS_TLS_KEY_FILE")
-    }
-
-    /// The WebSocket server the configuration asks for, if any; `onBound` hears its address once it listens.
-    static func server(
-        _ configuration: BrokerConfiguration, broker: Broker, logger: Logger,
-        onBound: @escaping @Sendable (String) -> Void
-    ) async throws -> WebSocketServer? {
-        let settings = configuration.webSocket
-        guard let endpoint = settings.endpoint else { return nil }
-        let (host, port) = try WebSocketSettings.parse(endpoint: endpoint)
-        var verifier: TokenVerifier?
-        if let path = settings.jwtKeyFile {
-            verifier = try await TokenVerifier(
-                keyFile: path, issuer: settings.jwtIssuer, audience: settings.jwtAudience)
-        }
-        let tokens = verifier != nil
-        let tls = try settings.tlsCertFile.map {
-            try WebSocketServer.tlsConfiguration(certificateFile: $0, keyFile: settings.tlsKeyFile ?? "")
-        }
-        let scheme = tls == nil ? "ws" : "wss"
-        return try WebSocketServer(
-            host: host, port: port, gateway: broker.gateway, verifier: verifier, tls: tls, logger: logger
-        ) { host, port in
-            let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-            logger.info(
-                "websocket endpoint listening",
-                metadata: ["ws": "\(scheme)://\(address)\(WebSocketServer.path)", "tokens": "\(tokens)"])
-            onBound("\(scheme)://\(address)")
-        }
     }
 }

@@ -3,6 +3,7 @@ import Logging
 import RollCallBroker
 import RollCallClient
 import RollCallOperations
+import RollCallServer
 import RollCallTestSupport
 import Testing
 
@@ -118,6 +119,11 @@ extension Integration {
             #expect(started.filter { $0 == "WATCHDOG=1" }.count >= 2, "\(started)")
             #expect(try httpGet(port: port, "/readyz").status == 200)
             #expect(try httpGet(port: port, "/healthz").status == 200)
+            // Before any session ended, every reason is already exported at 0 (Prometheus' convention).
+            let first = try parsePrometheus(httpGet(port: port, "/metrics").body)
+            for reason in ["bye", "status", "closed", "timeout", "restart", "node_lost"] {
+                #expect(first[#"rollcall_sessions_ended_total{reason="\#(reason)"}"#] == 0, "\(reason)")
+            }
 
             let subscriber = try PresenceSubscriber(endpoint: update)
             try subscriber.subscribe("m1".id)
@@ -187,24 +193,27 @@ extension Integration {
             }
         }
 
-        /// Runs `body` with an in-process broker and its HTTP endpoint on a free port.
+        /// Runs `body` with an in-process broker and its HTTP endpoint on a free port, as the assembly builds them;
+        /// each runs on its own here (not in the assembly's group), so that a test can stop the broker alone.
         func withOperations(_ body: (Int, Broker) async throws -> Void) async throws {
             var configuration = BrokerConfiguration()
             configuration.commandEndpoint = "tcp://127.0.0.1:*"
             configuration.updateEndpoint = "tcp://127.0.0.1:*"
             var logger = Logger(label: "test-operations")
             logger.logLevel = .critical
-            let broker = try Broker(configuration: configuration, logger: logger)
-            let server = OperationsServer(
-                host: "127.0.0.1", port: 0, broker: broker, metrics: MetricsExporter(), logger: logger)
+            let server = try await RollCallServer(
+                ServerConfiguration(broker: configuration, operations: OperationsSettings(endpoint: "127.0.0.1:0")),
+                logger: logger)
+            let broker = server.broker
+            let operations = try #require(server.operations)
             let running = Task { try await broker.run() }
-            let serving = Task { try await server.run() }
+            let serving = Task { try await operations.run() }
             defer {
                 broker.stop()
                 serving.cancel()
             }
-            try await waitFor { broker.isRunning && server.address != nil }
-            try await body(server.address!.port, broker)
+            try await waitFor { broker.isRunning && operations.address != nil }
+            try await body(operations.address!.port, broker)
             broker.stop()
             try await running.value
         }

@@ -6,10 +6,12 @@ import JWTKit
 import Logging
 import RollCallBroker
 import RollCallGateway
+import RollCallServer
 import RollCallTestSupport
 import RollCallWebSocketClient
 import RollCallWire
 import Synchronization
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -50,35 +52,50 @@ struct TestClaims: JWTPayload {
     func verify(using algorithm: some JWTAlgorithm) async throws {}
 }
 
-/// Runs `body` with a broker and its WebSocket endpoint (`tokens`: signed with ``testSecret``), then stops both.
+/// Runs `body` with a broker and its WebSocket endpoint (`tokens`: signed with ``testSecret``; `tls`: a PEM
+/// certificate and key), started by the assembly `rollcall serve` uses, then stops both.
 func withGateway<T>(
     tokens: Bool = true,
-    tls: TLSConfiguration? = nil,
+    tls: (certificate: String, key: String)? = nil,
     _ configure: (inout BrokerConfiguration) -> Void = { _ in },
     _ body: (GatewayHarness) async throws -> T
 ) async throws -> T {
-    try await withBroker(configure) { broker in
-        let verifier = tokens ? try await TokenVerifier(keyText: testSecret, issuer: nil, audience: nil) : nil
-        var logger = Logger(label: "test-gateway")
-        logger.logLevel = .critical
-        let bound = Mutex<Int?>(nil)
-        let server = try WebSocketServer(
-            host: "127.0.0.1", port: 0, gateway: broker.broker.gateway, verifier: verifier, tls: tls, logger: logger
-        ) { _, port in bound.withLock { $0 = port } }
-        let running = Task { try await server.run() }
-        defer { running.cancel() }
+    var configuration = BrokerConfiguration()
+    configuration.commandEndpoint = "tcp://127.0.0.1:*"
+    configuration.updateEndpoint = "tcp://127.0.0.1:*"
+    configure(&configuration)
+    configuration.webSocket.endpoint = "127.0.0.1:0"
+    let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-jwt-\(UUID())").path
+    defer { try? FileManager.default.removeItem(atPath: secretFile) }
+    if tokens {
+        try Data(testSecret.utf8).write(to: URL(fileURLWithPath: secretFile))
+        configuration.webSocket.jwtKeyFile = secretFile
+    }
+    configuration.webSocket.tlsCertFile = tls?.certificate
+    configuration.webSocket.tlsKeyFile = tls?.key
+    var logger = Logger(label: "test-gateway")
+    logger.logLevel = .critical
+    let server = try await RollCallServer(ServerConfiguration(broker: configuration), logger: logger)
+    let group = server.serviceGroup(logger: logger)
+    let running = Task { try await group.run() }
+    do {
         let started = ContinuousClock.now
-        while bound.withLock({ $0 }) == nil {
+        while !server.broker.isRunning || server.webSocketAddress == nil {
             guard ContinuousClock.now < started + .seconds(10) else {
-                throw TestFailure("the WebSocket server did not start")
+                throw TestFailure("the broker and its WebSocket endpoint did not start")
             }
             try await Task.sleep(for: .milliseconds(2))
         }
+        let port = try #require(server.webSocket?.port)
         let result = try await body(
-            GatewayHarness(broker: broker, port: bound.withLock { $0 }!, scheme: tls == nil ? "ws" : "wss"))
-        running.cancel()
-        _ = await running.result
+            GatewayHarness(broker: TestBroker(broker: server.broker), port: port, scheme: tls == nil ? "ws" : "wss"))
+        await group.triggerGracefulShutdown()
+        try await running.value
         return result
+    } catch {
+        await group.triggerGracefulShutdown()
+        _ = try? await running.value
+        throw error
     }
 }
 

@@ -321,10 +321,9 @@ extension Integration {
                     "subjectAltName=DNS:localhost,IP:127.0.0.1",
                 ])
             try #require(made.status == 0, "openssl: \(made.stderr)")
-            let server = try WebSocketServer.tlsConfiguration(certificateFile: certificate, keyFile: key)
             var trust = TLSConfiguration.makeClientConfiguration()
             trust.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(certificate))
-            try await withGateway(tls: server) { gateway in
+            try await withGateway(tls: (certificate, key)) { gateway in
                 #expect(gateway.url.hasPrefix("wss://"))
                 let client = try await gateway.client(token: gateway.token("tls-user"), trust: trust)
                 let hello = try await client.call(#"{"op":"hello","id":"h","user":"tls-user"}"#, id: "h")

@@ -3,7 +3,7 @@ import RollCallClient
 import RollCallCore
 
 /// The fake users of `simulate` and their sessions.
-public struct Simulation {
+struct Simulation {
     let client: CommandClient
     let users: [UserID]
     var sessions: [SessionID]
@@ -16,7 +16,7 @@ public struct Simulation {
     var elapsed = 0.0
 
     /// Opens a session for each of `users` over one connection to `endpoint`.
-    public init(endpoint: String, users: [UserID], seed: UInt64, credentials: CurveCredentials? = nil) throws {
+    init(endpoint: String, users: [UserID], seed: UInt64, credentials: CurveCredentials? = nil) throws {
         client = try CommandClient(endpoint: endpoint, credentials: credentials)
         self.users = users
         random = SplitMix64(seed: seed)
@@ -32,7 +32,7 @@ public struct Simulation {
 
     /// Changes statuses `churn` times a second and heartbeats every session, for `seconds` or until `stop` says so;
     /// then says bye for every session.
-    public mutating func run(churn: Double, seconds: Double, stop: () -> Bool) throws {
+    mutating func run(churn: Double, seconds: Double, stop: () -> Bool) throws {
         let start = ContinuousClock.now
         var heartbeatCursor = 0
         var heartbeatsDue = 0.0
@@ -53,7 +53,7 @@ public struct Simulation {
     }
 
     /// One JSON line: users, changes, heartbeats, errors, seconds.
-    public var summary: String {
+    var summary: String {
         #"{"users":\#(users.count),"changes":\#(changes),"heartbeats":\#(heartbeats),"errors":\#(errors),"seconds":\#((elapsed * 1000).rounded() / 1000)}"#
     }
 

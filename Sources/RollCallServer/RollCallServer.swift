@@ -1,0 +1,124 @@
+import Logging
+import RollCallBroker
+import RollCallGateway
+import RollCallOperations
+import ServiceLifecycle
+import Synchronization
+import UnixSignals
+
+/// The product, assembled: one validated ``ServerConfiguration`` turned into its running services, in their
+/// dependency order. `rollcall serve` and `RollCallTestKit` both start a server through it, so a test starts the very
+/// broker, WebSocket door and operations endpoint that ship.
+///
+/// The services run in one `ServiceGroup` in this order: the operations endpoint, the WebSocket door, the broker (and
+/// with it the cluster node it runs), systemd's notifier, the descriptor watch. They stop in the reverse: systemd
+/// hears `STOPPING` first, the broker writes its last changes while the door and the endpoint still answer (the
+/// endpoint's `/readyz` says 503 from the start of the shutdown), and the operations endpoint goes last.
+public final class RollCallServer: Sendable {
+    public let configuration: ServerConfiguration
+    public let broker: Broker
+    public let webSocket: WebSocketServer?
+    public let operations: OperationsServer?
+    private let services: [any Service]
+    private let bound: BoundAddresses
+
+    /// Builds every service: the broker binds its endpoints here (a bad endpoint fails now, with a clear error), the
+    /// WebSocket door reads its token key and TLS files. Nothing runs until ``run(gracefulShutdownSignals:)``.
+    ///
+    /// `metrics` is the Prometheus registry the executable bootstrapped swift-metrics with, for `/metrics`; without
+    /// one, the operations endpoint serves a registry of its own (the process metrics only). `environment` is read
+    /// for systemd's `NOTIFY_SOCKET` and `WATCHDOG_USEC`.
+    public init(
+        _ configuration: ServerConfiguration, logger: Logger, metrics: MetricsExporter? = nil,
+        environment: [String: String] = [:]
+    ) async throws {
+        try configuration.validate()
+        self.configuration = configuration
+        // Every connection of every endpoint is a descriptor: the soft limit (often 1,024) is raised to the hard one
+        // before anything binds, so that a flood of connections meets the endpoints' own caps first.
+        if let limit = DescriptorLimit.raiseToHard() {
+            logger.debug("file descriptor limit", metadata: ["limit": "\(limit)"])
+        }
+        let broker = try Broker(configuration: configuration.broker, logger: logger)
+        self.broker = broker
+        let bound = BoundAddresses()
+        self.bound = bound
+        var services: [any Service] = []
+        if let settings = configuration.operations {
+            let server = try OperationsServer(
+                settings: settings, broker: broker, metrics: metrics ?? MetricsExporter(), logger: logger
+            ) { host, port in
+                let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+                bound.state.withLock { $0.operations = address }
+                logger.info("http endpoint listening", metadata: ["http": "\(address)"])
+            }
+            operations = server
+            services.append(server)
+        } else {
+            operations = nil
+        }
+        webSocket = try await Self.webSocketServer(configuration.broker, broker: broker, logger: logger) { url in
+            bound.state.withLock { $0.webSocket = url }
+        }
+        if let webSocket { services.append(webSocket) }
+        services.append(broker)
+        if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
+            services.append(notifier)
+        }
+        services.append(DescriptorWatch(logger: logger))
+        self.services = services
+    }
+
+    /// The services in start order.
+    public var serviceConfigurations: [ServiceGroupConfiguration.ServiceConfiguration] {
+        services.map { .init(service: $0) }
+    }
+
+    /// A group that runs the services; `gracefulShutdownSignals` start a graceful shutdown (none in tests: they
+    /// call `triggerGracefulShutdown()`).
+    public func serviceGroup(gracefulShutdownSignals: [UnixSignal] = [], logger: Logger) -> ServiceGroup {
+        ServiceGroup(
+            configuration: .init(
+                services: serviceConfigurations, gracefulShutdownSignals: gracefulShutdownSignals, logger: logger))
+    }
+
+    /// `ws://HOST:PORT` or `wss://HOST:PORT` once the WebSocket door listens (its path is ``WebSocketServer/path``).
+    public var webSocketAddress: String? { bound.state.withLock { $0.webSocket } }
+
+    /// `HOST:PORT` once the operations endpoint listens.
+    public var operationsAddress: String? { bound.state.withLock { $0.operations } }
+
+    /// The WebSocket door the configuration asks for, if any; `onBound` hears its `ws[s]://HOST:PORT` once it listens.
+    private static func webSocketServer(
+        _ configuration: BrokerConfiguration, broker: Broker, logger: Logger,
+        onBound: @escaping @Sendable (String) -> Void
+    ) async throws -> WebSocketServer? {
+        let settings = configuration.webSocket
+        guard let endpoint = settings.endpoint else { return nil }
+        let (host, port) = try WebSocketSettings.parse(endpoint: endpoint)
+        var verifier: TokenVerifier?
+        if let path = settings.jwtKeyFile {
+            verifier = try await TokenVerifier(
+                keyFile: path, issuer: settings.jwtIssuer, audience: settings.jwtAudience)
+        }
+        let tokens = verifier != nil
+        let tls = try settings.tlsCertFile.map {
+            try WebSocketServer.tlsConfiguration(certificateFile: $0, keyFile: settings.tlsKeyFile ?? "")
+        }
+        let scheme = tls == nil ? "ws" : "wss"
+        return try WebSocketServer(
+            host: host, port: port, gateway: broker.gateway, verifier: verifier, tls: tls, logger: logger
+        ) { host, port in
+            let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+            logger.info(
+                "websocket endpoint listening",
+                metadata: ["ws": "\(scheme)://\(address)\(WebSocketServer.path)", "tokens": "\(tokens)"])
+            onBound("\(scheme)://\(address)")
+        }
+    }
+}
+
+/// Where the door and the endpoint listen, once they do.
+private final class BoundAddresses: Sendable {
+    let state = Mutex<(webSocket: String?, operations: String?)>((nil, nil))
+}
