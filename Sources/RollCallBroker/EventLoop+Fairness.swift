@@ -146,6 +146,14 @@ extension Request {
         }
     }
 
+    /// Whether the request names a session: `heartbeat`, `status`, `bye`.
+    var namesSession: Bool {
+        switch self {
+        case .heartbeat, .status, .bye: true
+        default: false
+        }
+    }
+
     /// Whether the request only reads (its reply is all it does).
     var isRead: Bool {
         switch self {

@@ -142,6 +142,10 @@ extension EventLoop {
 
     func execute(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
         let now = clock.now()
+        // A node cut off from the cluster (etcd unanswered for two thirds of its lease) acknowledges nothing on its
+        // sessions: its lease may run out before etcd hears of the change, and the client must fail over rather than
+        // believe a change that no other node will ever see (docs/cluster.md, "Honest under partition").
+        if request.namesSession, let refusal = clusterRefusal { return .failure(refusal) }
         switch request {
         case .hello(let hello):
             if let refusal = clusterRefusal { return .failure(refusal) }
@@ -149,11 +153,6 @@ extension EventLoop {
             let outcome = core.hello(hello, session: session, connection: connection, now: now)
             performLocal(outcome.actions, now: now)
             return outcome.reply.map(Reply.hello)
-        // A node cut off from the cluster (etcd unanswered for two thirds of its lease) acknowledges nothing on its
-        // sessions: its lease may run out before etcd hears of the change, and the client must fail over rather than
-        // believe a change that no other node will ever see (docs/cluster.md, "Honest under partition").
-        case .heartbeat, .status, .bye where clusterRefusal != nil:
-            return .failure(clusterRefusal!)
         case .heartbeat(let session):
             return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
         case .status(let session, let status, let text, let after?):
