@@ -48,6 +48,8 @@ export class RollCall {
   #brokerOffset = 0;
   #detach = [];
   #closing = null;
+  /** Topics the broker refused on this connection (an invalid id, past its cap): left out of the reads. */
+  #refusedTopics = new Set();
 
   /**
    * @param {string} url `ws://HOST:PORT/v1/ws` or `wss://...`
@@ -172,7 +174,10 @@ export class RollCall {
     const view = this.store.group(id);
     if (view) queueMicrotask(() => entry.active && fn(view));
     const fresh = this.#watch.follow([`group/${id}/`]);
-    this.#subscribe(fresh).then(() => fresh.length && this.#ready && this.#readGroupReporting(id), () => {});
+    this.#subscribe(fresh).then(
+      () => fresh.length && this.#ready && !this.#refusedTopics.has(`group/${id}/`) && this.#readGroupReporting(id),
+      () => {},
+    );
     return () => {
       if (!entry.active) return;
       entry.active = false;
@@ -328,14 +333,16 @@ export class RollCall {
       this.#brokerTime(pong.time);
       this.#watch.connectedTo(pong.epoch);
       // Until the client is ready, follow() sends nothing: what was followed while a subscribe was under way is
-      // picked up by the next round.
+      // picked up by the next round. A topic the broker refuses (an invalid id, past its cap) is reported and left
+      // out; the others are subscribed all the same.
+      this.#refusedTopics.clear();
       const subscribed = new Set();
       for (;;) {
         const topics = ["broker/", ...this.#watch.topics.keys()].filter((topic) => !subscribed.has(topic));
         if (!topics.length) break;
         for (let i = 0; i < topics.length; i += SUBSCRIBE_CHUNK) {
           const chunk = topics.slice(i, i + SUBSCRIBE_CHUNK);
-          await this.#send({ op: "subscribe", topics: chunk });
+          await this.#subscribeEach(chunk);
           for (const topic of chunk) subscribed.add(topic);
         }
       }
@@ -530,9 +537,9 @@ export class RollCall {
   /** Reads every followed user and group again and applies the answers by the seq rules. */
   async #resync() {
     try {
-      const users = this.#watch.users();
+      const users = this.#watch.users().filter((user) => !this.#refusedTopics.has(`presence/${user}/`));
       if (users.length) for (const record of await this.query(users)) this.#record(record);
-      for (const id of this.#watch.groups()) await this.#readGroup(id);
+      for (const id of this.#watch.groups()) if (!this.#refusedTopics.has(`group/${id}/`)) await this.#readGroup(id);
     } catch (error) {
       if (error?.code !== "disconnected" && error?.code !== "closed") this.#emit("error", asError(error, "resync"));
     }
@@ -563,11 +570,30 @@ export class RollCall {
 
   #subscribe(topics) {
     if (!topics.length || !this.#ready) return Promise.resolve();
-    const done = this.#send({ op: "subscribe", topics });
+    const done = this.#subscribeEach(topics);
     done.catch((error) => {
       if (error.code !== "disconnected" && error.code !== "closed") this.#emit("error", error);
     });
     return done;
+  }
+
+  /** Subscribes to `topics`. The broker applies a `subscribe` all or nothing: when it refuses one, the topics are
+   * tried again in halves, so the good ones are subscribed and each refused one is reported on "error" (with its
+   * topic) and left out of the reads. Rejects only when the connection fails. */
+  async #subscribeEach(topics) {
+    try {
+      await this.#send({ op: "subscribe", topics });
+    } catch (error) {
+      if (!(error instanceof RollCallError) || CLIENT_CODES.has(error.code)) throw error;
+      if (topics.length === 1) {
+        this.#refusedTopics.add(topics[0]);
+        this.#emit("error", new RollCallError(error.code, `subscribe ${topics[0]}: ${error.message}`));
+        return;
+      }
+      const half = Math.ceil(topics.length / 2);
+      await this.#subscribeEach(topics.slice(0, half));
+      await this.#subscribeEach(topics.slice(half));
+    }
   }
 
   #unsubscribe(topics) {
@@ -657,6 +683,9 @@ export class RollCall {
     }
   }
 }
+
+/** The client's own codes: the connection failed, not the request. */
+const CLIENT_CODES = new Set(["disconnected", "timeout", "closed", "unauthorized", "token_expired", "token_provider", "bad_url"]);
 
 function asError(error, code) {
   if (error instanceof RollCallError) return error;
