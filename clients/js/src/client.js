@@ -50,6 +50,10 @@ export class RollCall {
   #closing = null;
   /** Topics the broker refused on this connection (an invalid id, past its cap): left out of the reads. */
   #refusedTopics = new Set();
+  /** A token that looked expired by this clock was asked for again once: the next one is tried anyway. */
+  #expiredOnce = false;
+  /** The token's `exp` in ms, as the token says (on the broker's clock). */
+  #tokenExpAt = null;
 
   /**
    * @param {string} url `ws://HOST:PORT/v1/ws` or `wss://...`
@@ -299,11 +303,18 @@ export class RollCall {
     }
     if (this.#conn.state === "closed") return;
     this.#token = token ?? this.#token;
-    this.#tokenExp = tokenExpiry(token);
+    this.#tokenExpAt = tokenExpiry(token);
+    this.#tokenExp = this.#localTime(this.#tokenExpAt);
     if (this.#tokenExp !== null && this.#tokenExp <= this.#clock.now()) {
-      this.#run(this.#conn.failed(this.#clock.now(), { tokenExpired: true }));
-      return;
+      // Expired by this clock: ask the provider once more at once. A second one that looks expired too is tried
+      // all the same (this clock may be wrong; the broker's decides), so a provider is never asked in a loop.
+      if (!this.#getToken || !this.#expiredOnce) {
+        this.#expiredOnce = true;
+        this.#run(this.#conn.failed(this.#clock.now(), { tokenExpired: true }));
+        return;
+      }
     }
+    this.#expiredOnce = false;
     const url = this.#urlWith(token);
     let ws;
     try {
@@ -331,6 +342,7 @@ export class RollCall {
     try {
       const pong = await this.#send({ op: "ping" });
       this.#brokerTime(pong.time);
+      this.#tokenExp = this.#localTime(this.#tokenExpAt);
       this.#watch.connectedTo(pong.epoch);
       // Until the client is ready, follow() sends nothing: what was followed while a subscribe was under way is
       // picked up by the next round. A topic the broker refuses (an invalid id, past its cap) is reported and left
@@ -427,9 +439,13 @@ export class RollCall {
     try {
       const token = await this.#getToken();
       const reply = await this.#send({ op: "auth", token });
+      const before = this.#tokenExpAt;
       this.#token = token;
-      this.#tokenExp = typeof reply.expires === "number" ? reply.expires * 1000 : tokenExpiry(token);
-      this.#run(this.#conn.refreshed(this.#clock.now(), this.#tokenExp));
+      this.#tokenExpAt = typeof reply.expires === "number" ? reply.expires * 1000 : tokenExpiry(token);
+      this.#tokenExp = this.#localTime(this.#tokenExpAt);
+      // A provider that hands out the same (cached) token again: no later exp, so asking again at once would loop.
+      const stale = before !== null && this.#tokenExpAt !== null && this.#tokenExpAt <= before;
+      this.#run(stale ? this.#conn.refreshFailed(this.#clock.now()) : this.#conn.refreshed(this.#clock.now(), this.#tokenExp));
     } catch (error) {
       if (error?.code !== "disconnected") this.#emit("error", asError(error, "token_refresh"));
       this.#run(this.#conn.refreshFailed(this.#clock.now()));
@@ -602,6 +618,11 @@ export class RollCall {
 
   #brokerTime(time) {
     if (typeof time === "number") this.#brokerOffset = time - this.#clock.now();
+  }
+
+  /** A time on the broker's clock (a token's `exp`), on this client's clock, as far as the broker's is known. */
+  #localTime(brokerTime) {
+    return brokerTime === null ? null : brokerTime - this.#brokerOffset;
   }
 
   // --- sessions ---

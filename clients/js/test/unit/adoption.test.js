@@ -61,3 +61,49 @@ test("on a live connection a refused topic does not take the follow's good topic
   assert.match(errors[0].message, /presence\/bad x\//);
 });
 
+test("a token provider that hands out an expired token is not asked again in a loop", async () => {
+  const clock = new FakeClock(); // 1970: a token with exp 0 has expired
+  const broker = fakeBroker();
+  let asked = 0;
+  const rc = client(broker, clock, { token: undefined, getToken: async () => (++asked > 20 ? new Promise(() => {}) : token(0)) });
+  for (let i = 0; i < 50; i++) await settle();
+  assert.ok(asked <= 2, `getToken asked ${asked} times without the clock moving (before: a hot loop)`);
+  await rc.close();
+});
+
+test("a client clock ahead of the broker's: a token that looks expired is tried, and the broker decides", async () => {
+  const clock = new FakeClock();
+  clock.time = 10_000_000; // the client's clock: 10,000 s; the broker's (ping): 5 s; the token expires at 3,600 s
+  const broker = fakeBroker();
+  let asked = 0; // a loop is broken after 20 tokens, for the assertion
+  const rc = client(broker, clock, { token: undefined, getToken: async () => (++asked > 20 ? new Promise(() => {}) : token(3600)) });
+  await clock.advance(10);
+  assert.equal(rc.state, "connected", "before: never connected (a hot loop of getToken)");
+  await rc.close();
+});
+
+test("a provider that returns the same cached token near its exp does not loop on auth", async () => {
+  const clock = new FakeClock();
+  clock.time = 100_000;
+  const broker = fakeBroker();
+  const same = token(103); // exp 3 s after the clock
+  let auths = 0;
+  broker.handle = (request) => {
+    if (request.op === "ping") return; // time stays the fake's 5000: no matter, exp is compared on the client clock
+    if (request.op === "auth") {
+      auths += 1;
+      if (auths > 30) return false; // break a loop for the assertion below
+    }
+  };
+  const rc = client(broker, clock, { token: undefined, getToken: async () => same });
+  broker.handle = ((inner) => (request, reply) => {
+    if (request.op === "ping") reply.time = clock.now(); // the broker's clock is the client's
+    return inner(request, reply);
+  })(broker.handle);
+  await settle();
+  assert.equal(rc.state, "connected");
+  await clock.advance(2500);
+  assert.ok(auths >= 1 && auths <= 3, `${auths} auth requests in 2.5 s with one token (before: one per turn of the loop)`);
+  await rc.close();
+});
+
