@@ -107,3 +107,37 @@ test("a provider that returns the same cached token near its exp does not loop o
   await rc.close();
 });
 
+test("a status the broker refused is not asked again in the next hello (it would end the session)", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  broker.handle = (request, reply) => {
+    if ((request.op === "status" || request.op === "hello") && (request.text ?? "").length > 256) {
+      Object.assign(reply, { ok: false, error: { code: "bad_request", message: "text too long" } });
+      delete reply.session;
+    }
+  };
+  const rc = client(broker, clock);
+  rc.on("error", () => {});
+  const me = await rc.online({ user: "alice", text: "hi" });
+  await assert.rejects(me.setStatus("busy", { text: "x".repeat(300) }), (e) => e.code === "bad_request");
+  assert.equal(me.status, "online", "the status asked last that the broker took");
+  await clock.advance(5000);
+  broker.sessions.clear(); // the session ended meanwhile
+  broker.drop();
+  await clock.advance(10);
+  const hello = broker.sent.filter((r) => r.op === "hello").at(-1);
+  assert.deepEqual([hello.status, hello.text], ["online", "hi"]);
+  assert.equal(rc.sessions.length, 1, "the session lives on (before: its hello was refused and it ended)");
+});
+
+test("SessionMachine: a refused status goes back to what the broker has", () => {
+  const m = new SessionMachine({ user: "alice", status: "online", text: "hi" });
+  m.connectionOpened();
+  m.next(0);
+  m.replied({ reply: { session: "s1", heartbeat_ms: 1000 } }, 0);
+  m.setStatus("busy", "y".repeat(300), undefined, 1);
+  assert.equal(m.next(1).op, "status");
+  m.replied({ error: { code: "bad_request", message: "text too long" } }, 2);
+  assert.deepEqual([m.desired.status, m.desired.text], ["online", "hi"]);
+  assert.equal(m.next(3), null, "nothing more to send");
+});
