@@ -210,9 +210,18 @@ export class RollCall {
     return this.#call({ op: "ping" }, { retry: true });
   }
 
-  /** Defines, edits or reads a group (`{members}` | `{add, remove}` | nothing): the broker's reply (first page). */
-  group(id, edit = {}) {
-    return this.#call({ op: "group", group: id, ...edit }, { retry: true });
+  /** Defines, edits or reads a group (`{members}` | `{add, remove}` | nothing): the broker's reply, with the
+   * members of every page (the pages after the first are read with `after`). With `{after}`, that one page. */
+  async group(id, edit = {}) {
+    let reply = await this.#call({ op: "group", group: id, ...edit }, { retry: true });
+    if (edit.after !== undefined) return reply;
+    const members = { ...reply.members };
+    while (reply.next) {
+      reply = await this.#call({ op: "group", group: id, after: reply.next }, { retry: true });
+      Object.assign(members, reply.members);
+    }
+    const { next: _next, ...whole } = reply;
+    return { ...whole, members };
   }
 
   /** Deletes a group. */

@@ -224,6 +224,8 @@ export class RollCall {
   followGroup(id: string, fn: (group: GroupView | GroupMessage | GroupDeleted) => void): () => void;
   query(users: string[]): Promise<PresenceRecord[]>;
   ping(): Promise<PingReply>;
+  /** Defines, edits or reads a group: the reply with the members of every page (no `next`); with `after`, that one
+   * page (with `next` if more follow). */
   group(id: string, edit?: { members?: string[]; add?: string[]; remove?: string[]; after?: string }): Promise<GroupReply>;
   ungroup(id: string): Promise<{ ok: true; deleted: boolean }>;
   /** Any request, such as `{op: "advance", ms}` against a test-mode broker. */

@@ -130,6 +130,29 @@ test("a status the broker refused is not asked again in the next hello (it would
   assert.equal(rc.sessions.length, 1, "the session lives on (before: its hello was refused and it ended)");
 });
 
+test("rc.group() reads every page of a large group, as the docs promise of the RollCall clients", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  const members = ["a", "b", "c", "d", "e"];
+  broker.handle = (request, reply) => {
+    if (request.op !== "group") return;
+    const from = request.after ? members.indexOf(request.after) + 1 : 0;
+    const page = members.slice(from, from + 2);
+    Object.assign(reply, {
+      group: request.group, online: 5, total: 5, counts: { online: 5, busy: 0, away: 0, offline: 0 }, seq: 10,
+      members: Object.fromEntries(page.map((u) => [u, { user: u, status: "online", seq: 1 }])),
+    });
+    if (from + 2 < members.length) reply.next = page.at(-1);
+  };
+  const rc = client(broker, clock);
+  const reply = await rc.group("team");
+  assert.deepEqual(Object.keys(reply.members).sort(), members, "before: the first page only");
+  assert.equal(reply.next, undefined);
+  const page = await rc.group("team", { after: "b" });
+  assert.deepEqual(Object.keys(page.members), ["c", "d"], "an explicit `after` is one page, as asked");
+  await rc.close();
+});
+
 test("SessionMachine: a refused status goes back to what the broker has", () => {
   const m = new SessionMachine({ user: "alice", status: "online", text: "hi" });
   m.connectionOpened();
