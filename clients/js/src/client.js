@@ -299,7 +299,7 @@ export class RollCall {
   /** The broker refuses the token: what waits for a connection fails with why (`reconnectNow` may try again). */
   #refused(error) {
     for (const waiting of this.#waiting.splice(0)) waiting.reject(error);
-    for (const session of this.#sessions) session._refused(error);
+    for (const session of [...this.#sessions]) if (session._refused(error)) this.#sessions.delete(session);
   }
 
   async #open() {

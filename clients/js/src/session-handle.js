@@ -91,9 +91,13 @@ export class Session {
     this.bye();
   }
 
-  /** @internal: the client cannot connect (unauthorized): a session not granted yet fails with why. */
+  /** @internal: the client cannot connect (unauthorized): a session not granted yet fails with why, and ends (its
+   * `online()` was rejected: it must not say hello later, behind the app's back). Returns whether it ended. */
   _refused(error) {
-    if (!this.machine.session) this.#rejectGranted(error);
+    if (this.machine.session || this.#ended) return false;
+    this.machine.phase = "closed";
+    this._ended(error, true);
+    return true;
   }
 
   /** @internal */

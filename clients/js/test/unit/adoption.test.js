@@ -153,6 +153,23 @@ test("rc.group() reads every page of a large group, as the docs promise of the R
   await rc.close();
 });
 
+test("online() rejected by `unauthorized` does not come back later as a session the app thinks failed", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  broker.up = false;
+  const rc = client(broker, clock, { fetch: async () => ({ status: 401 }) });
+  const me = rc.online({ user: "alice" });
+  await assert.rejects(me, (e) => e.code === "unauthorized");
+  assert.equal(rc.state, "closed");
+  broker.up = true;
+  rc.reconnectNow();
+  await clock.advance(10);
+  assert.equal(rc.state, "connected");
+  assert.equal(broker.sent.filter((r) => r.op === "hello").length, 0, "before: the rejected session said hello");
+  assert.deepEqual(rc.sessions, []);
+  await rc.close();
+});
+
 test("SessionMachine: a refused status goes back to what the broker has", () => {
   const m = new SessionMachine({ user: "alice", status: "online", text: "hi" });
   m.connectionOpened();
