@@ -684,6 +684,7 @@ export class RollCall {
   #tick() {
     const now = this.#clock.now();
     const actions = this.#conn.tick(now);
+    if (this.#watch.resyncDue(now)) this.#resync();
     if (this.#watch.tick(now)) {
       this.#emit("broker", { lost: true });
       actions.push("check");

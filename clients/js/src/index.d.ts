@@ -307,6 +307,8 @@ export class WatchMachine {
   groupMessage(message: GroupMessage | GroupDeleted): { records: PresenceRecord[] } | null;
   groupRead(read: { group: string; online: number; total: number; counts: StatusCounts; members: Record<string, PresenceRecord>; seq: number }): { view: GroupView; records: PresenceRecord[] } | null;
   heartbeat(beat: BrokerHeartbeat, now: number): boolean;
+  /** A read again held back by the pause (`dropped` kept growing) is due now. */
+  resyncDue(now: number): boolean;
   tick(now: number): boolean;
   disconnected(): void;
   deadline(): number | null;

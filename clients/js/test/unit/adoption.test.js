@@ -153,6 +153,34 @@ test("rc.group() reads every page of a large group, as the docs promise of the R
   await rc.close();
 });
 
+test("a growing `dropped` resyncs at most once a second, backing off while it keeps growing (protocol §8.4)", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  const rc = client(broker, clock);
+  rc.follow(["bob"], () => {});
+  await settle();
+  const queries = () => broker.sent.filter((r) => r.op === "query").length;
+  const before = queries();
+  const ws = broker.sockets[0];
+  for (let i = 1; i <= 20; i++) {
+    ws.push("broker/", { broker: "fake", epoch: "e1", time: 5000 + i * 500, heartbeat_ms: 1000, dropped: i });
+    await clock.advance(500);
+  }
+  const resyncs = queries() - before;
+  assert.ok(resyncs >= 2 && resyncs <= 5, `${resyncs} resyncs in 10 s of growing dropped (before: one per heartbeat, 20)`);
+  await rc.close();
+});
+
+test("WatchMachine: a resync held back by the pause comes due later, not never", () => {
+  const watch = new WatchMachine(new Store());
+  assert.equal(watch.heartbeat({ dropped: 0, heartbeat_ms: 1000 }, 0), false);
+  assert.equal(watch.heartbeat({ dropped: 1, heartbeat_ms: 1000 }, 100), true, "the first growth: at once");
+  assert.equal(watch.heartbeat({ dropped: 2, heartbeat_ms: 1000 }, 200), false, "within the pause: later");
+  assert.ok(watch.deadline() !== null && watch.deadline() <= 100 + 2000);
+  assert.equal(watch.resyncDue(watch.deadline()), true);
+  assert.equal(watch.resyncDue(watch.deadline() + 1), false, "once");
+});
+
 test("online() rejected by `unauthorized` does not come back later as a session the app thinks failed", async () => {
   const clock = new FakeClock();
   const broker = fakeBroker();
