@@ -83,9 +83,11 @@ export class RollCallError extends Error {
 export interface WebSocketLike {
   send(data: string): void;
   close(code?: number, reason?: string): void;
+  // The client sets these; `any` events, so that the DOM's `WebSocket` (whose handlers take a `MessageEvent`, a
+  // `CloseEvent`) and libraries' sockets are assignable: it reads `event.data` and `event.code` only.
   onopen: ((event: any) => void) | null;
-  onmessage: ((event: { data: any }) => void) | null;
-  onclose: ((event: { code: number }) => void) | null;
+  onmessage: ((event: any) => void) | null;
+  onclose: ((event: any) => void) | null;
   onerror: ((event: any) => void) | null;
 }
 export type WebSocketConstructor = new (url: string) => WebSocketLike;

@@ -39,6 +39,16 @@ async function main(): Promise<void> {
   }
   rc.reconnectNow();
   await rc.close();
+
+  // The platform's own WebSocket is a WebSocket constructor for the client (it did not compile before).
+  const withDom = new RollCall("ws://127.0.0.1:7733/v1/ws", { token: "t", WebSocket: WebSocket });
+  const whole = await withDom.group("team-7");
+  const pages: number = Object.keys(whole.members).length;
+  void pages;
+  // @ts-expect-error a status the broker does not know
+  void me.setStatus("dnd");
+  // @ts-expect-error follow takes user ids and a callback of records
+  withDom.follow(["bob"], (record: { group: string }) => record);
 }
 
 void main;
