@@ -52,8 +52,6 @@ export class RollCall {
   #refusedTopics = new Set();
   /** A token that looked expired by this clock was asked for again once: the next one is tried anyway. */
   #expiredOnce = false;
-  /** The token's `exp` in ms, as the token says (on the broker's clock). */
-  #tokenExpAt = null;
 
   /**
    * @param {string} url `ws://HOST:PORT/v1/ws` or `wss://...`
@@ -312,11 +310,12 @@ export class RollCall {
     }
     if (this.#conn.state === "closed") return;
     this.#token = token ?? this.#token;
-    this.#tokenExpAt = tokenExpiry(token);
-    this.#tokenExp = this.#localTime(this.#tokenExpAt);
+    this.#tokenExp = tokenExpiry(token);
     if (this.#tokenExp !== null && this.#tokenExp <= this.#clock.now()) {
       // Expired by this clock: ask the provider once more at once. A second one that looks expired too is tried
-      // all the same (this clock may be wrong; the broker's decides), so a provider is never asked in a loop.
+      // all the same (this clock may be wrong; the broker's wall clock decides), so a provider is never asked in a
+      // loop; a token the broker takes although it looks expired here is not refreshed by this clock (4001 then
+      // brings a fresh one).
       if (!this.#getToken || !this.#expiredOnce) {
         this.#expiredOnce = true;
         this.#run(this.#conn.failed(this.#clock.now(), { tokenExpired: true }));
@@ -351,7 +350,6 @@ export class RollCall {
     try {
       const pong = await this.#send({ op: "ping" });
       this.#brokerTime(pong.time);
-      this.#tokenExp = this.#localTime(this.#tokenExpAt);
       this.#watch.connectedTo(pong.epoch);
       // Until the client is ready, follow() sends nothing: what was followed while a subscribe was under way is
       // picked up by the next round. A topic the broker refuses (an invalid id, past its cap) is reported and left
@@ -448,12 +446,11 @@ export class RollCall {
     try {
       const token = await this.#getToken();
       const reply = await this.#send({ op: "auth", token });
-      const before = this.#tokenExpAt;
+      const before = this.#tokenExp;
       this.#token = token;
-      this.#tokenExpAt = typeof reply.expires === "number" ? reply.expires * 1000 : tokenExpiry(token);
-      this.#tokenExp = this.#localTime(this.#tokenExpAt);
+      this.#tokenExp = typeof reply.expires === "number" ? reply.expires * 1000 : tokenExpiry(token);
       // A provider that hands out the same (cached) token again: no later exp, so asking again at once would loop.
-      const stale = before !== null && this.#tokenExpAt !== null && this.#tokenExpAt <= before;
+      const stale = before !== null && this.#tokenExp !== null && this.#tokenExp <= before;
       this.#run(stale ? this.#conn.refreshFailed(this.#clock.now()) : this.#conn.refreshed(this.#clock.now(), this.#tokenExp));
     } catch (error) {
       if (error?.code !== "disconnected") this.#emit("error", asError(error, "token_refresh"));
@@ -627,11 +624,6 @@ export class RollCall {
 
   #brokerTime(time) {
     if (typeof time === "number") this.#brokerOffset = time - this.#clock.now();
-  }
-
-  /** A time on the broker's clock (a token's `exp`), on this client's clock, as far as the broker's is known. */
-  #localTime(brokerTime) {
-    return brokerTime === null ? null : brokerTime - this.#brokerOffset;
   }
 
   // --- sessions ---

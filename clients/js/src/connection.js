@@ -176,7 +176,10 @@ export class ConnectionMachine {
 
   #tokenIs(now, tokenExp) {
     this.tokenExp = tokenExp;
-    this.refreshAt = this.canRefreshToken && tokenExp !== null ? refreshTime(now, tokenExp) : null;
+    // A token already past its exp by this clock, which the broker took all the same: this clock is wrong, and
+    // refreshing by it would loop; the broker's 4001 at the real exp brings a fresh one.
+    const usable = tokenExp !== null && tokenExp > now;
+    this.refreshAt = this.canRefreshToken && usable ? refreshTime(now, tokenExp) : null;
   }
 
   #retry(now, delay) {
