@@ -510,7 +510,7 @@ export class RollCall {
       return;
     }
     if (typeof frame.topic === "string") {
-      this.#update(frame.topic, frame.message);
+      this.store.batch(() => this.#update(frame.topic, frame.message));
       return;
     }
     const pending = this.#pending.get(frame.id);
@@ -560,7 +560,10 @@ export class RollCall {
   async #resync() {
     try {
       const users = this.#watch.users().filter((user) => !this.#refusedTopics.has(`presence/${user}/`));
-      if (users.length) for (const record of await this.query(users)) this.#record(record);
+      if (users.length) {
+        const records = await this.query(users);
+        this.store.batch(() => records.forEach((record) => this.#record(record)));
+      }
       for (const id of this.#watch.groups()) if (!this.#refusedTopics.has(`group/${id}/`)) await this.#readGroup(id);
     } catch (error) {
       if (error?.code !== "disconnected" && error?.code !== "closed") this.#emit("error", asError(error, "resync"));
@@ -583,11 +586,13 @@ export class RollCall {
       Object.assign(members, reply.members);
       after = reply.next;
     } while (after);
-    const applied = this.#watch.groupRead({ ...reply, members });
-    if (!applied) return;
-    const view = { ...applied.view };
-    for (const fn of this.#groupEntries(id)) fn(view);
-    for (const record of applied.records) this.#deliver(record);
+    this.store.batch(() => {
+      const applied = this.#watch.groupRead({ ...reply, members });
+      if (!applied) return;
+      const view = { ...applied.view };
+      for (const fn of this.#groupEntries(id)) fn(view);
+      for (const record of applied.records) this.#deliver(record);
+    });
   }
 
   #subscribe(topics) {

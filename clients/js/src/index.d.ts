@@ -180,7 +180,8 @@ export class Store {
   users(): Map<string, PresenceRecord>;
   /** Changes with every change: a cheap snapshot for useSyncExternalStore. */
   readonly version: number;
-  subscribe(fn: (change: { user?: string; group?: string }) => void): () => void;
+  /** `fn` is called once per update, query answer or group read, with the ids of what changed. */
+  subscribe(fn: (change: { users: string[]; groups: string[] }) => void): () => void;
 }
 
 export interface GroupReply {

@@ -31,6 +31,8 @@ async function main(): Promise<void> {
   const view: GroupView | undefined = rc.store.group("team-7");
   const unsubscribe = rc.store.subscribe(() => console.log(rc.store.get("bob")?.status, view?.online, records.length, flag));
   unsubscribe();
+  const stopStore = rc.store.subscribe(({ users, groups }) => console.log(users.includes("bob"), groups.length));
+  stopStore();
   stopGroup();
   try {
     await rc.group("team-7", { add: ["dave"] });

@@ -211,3 +211,38 @@ test("SessionMachine: a refused status goes back to what the broker has", () => 
   assert.deepEqual([m.desired.status, m.desired.text], ["online", "hi"]);
   assert.equal(m.next(3), null, "nothing more to send");
 });
+
+test("the store tells its subscribers once per message or read, not once per member (no storm on a group read)", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  const members = Array.from({ length: 50 }, (_, i) => `m${String(i).padStart(2, "0")}`);
+  broker.handle = (request, reply) => {
+    if (request.op !== "group") return;
+    Object.assign(reply, {
+      group: request.group, online: 50, total: 50, counts: { online: 50, busy: 0, away: 0, offline: 0 }, seq: 10,
+      members: Object.fromEntries(members.map((u) => [u, { user: u, status: "online", seq: 3 }])),
+    });
+  };
+  const rc = client(broker, clock);
+  rc.follow(members.slice(0, 20), () => {});
+  await settle();
+  const calls = [];
+  const stop = rc.store.subscribe((change) => calls.push(change));
+  rc.followGroup("team", () => {});
+  await settle();
+  assert.equal(Object.keys(rc.store.group("team").members).length, 50);
+  assert.equal(calls.length, 1, `${calls.length} notifications for one group read (before: 51)`);
+  assert.deepEqual(calls[0].groups, ["team"]);
+  assert.equal(calls[0].users.length, 30, "the 30 members not followed before are news; the 20 others had seq 7");
+  calls.length = 0;
+  broker.sockets[0].push("group/team/", {
+    group: "team", online: 49, total: 50, counts: { online: 49, busy: 0, away: 0, offline: 1 }, seq: 11, removed: [],
+    changed: [{ user: "m01", status: "offline", seq: 9 }, { user: "m30", status: "offline", seq: 9 }],
+  });
+  assert.equal(calls.length, 1, "one group message, one notification");
+  assert.deepEqual([calls[0].users.sort(), calls[0].groups], [["m01", "m30"], ["team"]]);
+  stop();
+  broker.sockets[0].push("presence/m02/", { user: "m02", status: "away", seq: 12 });
+  assert.equal(calls.length, 1, "unsubscribed");
+  await rc.close();
+});
