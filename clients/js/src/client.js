@@ -1,6 +1,6 @@
 import { Backoff } from "./backoff.js";
 import { ConnectionMachine } from "./connection.js";
-import { RollCallError, errorOf } from "./errors.js";
+import { RollCallError, callSafely, errorOf } from "./errors.js";
 import { watchLifecycle } from "./lifecycle.js";
 import { SessionMachine } from "./session.js";
 import { Session } from "./session-handle.js";
@@ -142,7 +142,7 @@ export class RollCall {
       this.#userFns.get(user).add(entry);
       // The current record first, if held already (a repeat of it from the broker is then dropped by its seq).
       const record = this.store.get(user);
-      if (record) queueMicrotask(() => entry.users.has(user) && fn(record));
+      if (record) queueMicrotask(() => entry.users.has(user) && callSafely(fn, record));
     }
     this.#subscribe(this.#watch.follow(users.map((user) => `presence/${user}/`)));
     return (only) => {
@@ -174,7 +174,7 @@ export class RollCall {
     if (!this.#groupFns.has(id)) this.#groupFns.set(id, new Set());
     this.#groupFns.get(id).add(entry);
     const view = this.store.group(id);
-    if (view) queueMicrotask(() => entry.active && fn(view));
+    if (view) queueMicrotask(() => entry.active && callSafely(fn, view));
     const fresh = this.#watch.follow([`group/${id}/`]);
     this.#subscribe(fresh).then(
       () => fresh.length && this.#ready && !this.#refusedTopics.has(`group/${id}/`) && this.#readGroupReporting(id),
@@ -539,7 +539,7 @@ export class RollCall {
     if (group !== null) {
       const applied = this.#watch.groupMessage(message);
       if (!applied) return;
-      for (const fn of this.#groupEntries(group)) fn(message);
+      for (const fn of this.#groupEntries(group)) callSafely(fn, message);
       for (const record of applied.records) this.#deliver(record);
     }
   }
@@ -549,7 +549,7 @@ export class RollCall {
   }
 
   #deliver(record) {
-    for (const entry of [...(this.#userFns.get(record.user) ?? [])]) entry.fn(record);
+    for (const entry of [...(this.#userFns.get(record.user) ?? [])]) callSafely(entry.fn, record);
   }
 
   #groupEntries(id) {
@@ -590,7 +590,7 @@ export class RollCall {
       const applied = this.#watch.groupRead({ ...reply, members });
       if (!applied) return;
       const view = { ...applied.view };
-      for (const fn of this.#groupEntries(id)) fn(view);
+      for (const fn of this.#groupEntries(id)) callSafely(fn, view);
       for (const record of applied.records) this.#deliver(record);
     });
   }
@@ -700,15 +700,7 @@ export class RollCall {
   }
 
   #emit(event, ...args) {
-    for (const fn of [...this.#listeners[event]]) {
-      try {
-        fn(...args);
-      } catch (error) {
-        queueMicrotask(() => {
-          throw error;
-        });
-      }
-    }
+    for (const fn of [...this.#listeners[event]]) callSafely(fn, ...args);
   }
 }
 

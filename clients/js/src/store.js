@@ -1,3 +1,5 @@
+import { callSafely } from "./errors.js";
+
 /**
  * The latest record of every followed user and the latest view of every followed group, for UI code: read it with
  * `get(user)` and `group(id)`, and hear of every change with `subscribe(fn)`. Records and group views are replaced,
@@ -86,14 +88,6 @@ export class Store {
     const change = { users: [...this.#users], groups: [...this.#groupIds] };
     this.#users.clear();
     this.#groupIds.clear();
-    for (const fn of [...this.#listeners]) {
-      try {
-        fn(change);
-      } catch (error) {
-        queueMicrotask(() => {
-          throw error;
-        });
-      }
-    }
+    for (const fn of [...this.#listeners]) callSafely(fn, change);
   }
 }

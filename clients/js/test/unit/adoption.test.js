@@ -246,3 +246,36 @@ test("the store tells its subscribers once per message or read, not once per mem
   assert.equal(calls.length, 1, "unsubscribed");
   await rc.close();
 });
+
+test("a follow callback that throws does not keep the record from the other follows, nor stop later ones", async () => {
+  const reported = [];
+  globalThis.reportError = (error) => reported.push(error); // a browser's: where the client reports it
+  try {
+    const clock = new FakeClock();
+    const broker = fakeBroker();
+    const rc = client(broker, clock);
+    const other = [];
+    rc.follow(["bob"], (r) => {
+      if (r.seq === 9) throw new Error("the app's bug");
+    });
+    rc.follow(["bob"], (r) => other.push(r.seq));
+    const views = [];
+    rc.followGroup("team", () => {
+      throw new Error("the app's other bug");
+    });
+    rc.followGroup("team", (g) => views.push(g.seq));
+    await settle();
+    const ws = broker.sockets[0];
+    ws.push("presence/bob/", { user: "bob", status: "away", seq: 9 });
+    ws.push("presence/bob/", { user: "bob", status: "busy", seq: 10 });
+    ws.push("group/team/", { group: "team", online: 0, total: 0, counts: {}, changed: [], removed: [], seq: 4 });
+    await settle();
+    assert.deepEqual(other, [7, 9, 10], "before: 9 never reached the second follow (the first threw in between)");
+    assert.ok(views.includes(4));
+    assert.ok(reported.some((e) => e.message === "the app's bug"), "reported, not swallowed");
+    assert.ok(reported.some((e) => e.message === "the app's other bug"));
+    await rc.close();
+  } finally {
+    delete globalThis.reportError;
+  }
+});
