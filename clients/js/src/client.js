@@ -303,8 +303,9 @@ export class RollCall {
   async #open() {
     let token = this.#token;
     try {
-      if (this.#getToken) token = await this.#getToken();
+      if (this.#getToken) token = await this.#askToken();
     } catch (error) {
+      if (this.#conn.state === "closed") return;
       this.#run(this.#conn.failed(this.#clock.now(), { error: { code: "token_provider", message: String(error?.message ?? error) } }));
       return;
     }
@@ -444,7 +445,7 @@ export class RollCall {
 
   async #refresh() {
     try {
-      const token = await this.#getToken();
+      const token = await this.#askToken();
       const reply = await this.#send({ op: "auth", token });
       const before = this.#tokenExp;
       this.#token = token;
@@ -456,6 +457,19 @@ export class RollCall {
       if (error?.code !== "disconnected") this.#emit("error", asError(error, "token_refresh"));
       this.#run(this.#conn.refreshFailed(this.#clock.now()));
     }
+  }
+
+  /** A token from `getToken`, which fails if it does not answer within `requestTimeoutMs` (a backend that hangs
+   * would otherwise stall the connection for ever: "connecting", and `reconnectNow` ignored while it waits). */
+  #askToken() {
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = this.#clock.setTimeout(
+        () => reject(new RollCallError("token_provider", `getToken did not answer within ${this.#requestTimeoutMs} ms`)),
+        this.#requestTimeoutMs,
+      );
+    });
+    return Promise.race([Promise.resolve().then(() => this.#getToken()), late]).finally(() => this.#clock.clearTimeout(timer));
   }
 
   /** Is the connection still alive? A ping within 5 s, or a new connection. */

@@ -78,6 +78,7 @@ test("a client clock running ahead: a token that looks expired is tried, and the
   let asked = 0; // a loop is broken after 20 tokens, for the assertion
   const rc = client(broker, clock, { token: undefined, getToken: async () => (++asked > 20 ? new Promise(() => {}) : token(3600)) });
   await clock.advance(10);
+  for (let i = 0; i < 5; i++) await settle();
   assert.equal(rc.state, "connected", "before: never connected (a hot loop of getToken)");
   await clock.advance(10000);
   assert.equal(asked, 2, "and no refresh by this clock (it would loop): the broker's 4001 brings the next token");
@@ -279,3 +280,21 @@ test("a follow callback that throws does not keep the record from the other foll
     delete globalThis.reportError;
   }
 });
+
+test("a token provider that never answers is given up on after requestTimeoutMs, and asked again", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  let asked = 0;
+  const rc = client(broker, clock, { token: undefined, requestTimeoutMs: 3000, getToken: () => (++asked === 1 ? new Promise(() => {}) : "t2") });
+  const errors = [];
+  rc.on("state", (state, error) => error && errors.push(error.code));
+  await settle();
+  assert.equal(rc.state, "connecting");
+  await clock.advance(3000);
+  assert.ok(errors.includes("token_provider"), JSON.stringify(errors));
+  await clock.advance(1000); // the backoff
+  assert.equal(asked, 2);
+  assert.equal(rc.state, "connected", "before: stuck connecting for ever, reconnectNow() ignored");
+  await rc.close();
+});
+
