@@ -48,6 +48,8 @@ export class RollCall {
   #brokerOffset = 0;
   #detach = [];
   #closing = null;
+  /** Sessions ended by the app while the connection was down: their bye is said on the next connection. */
+  #owedByes = [];
   /** Topics the broker refused on this connection (an invalid id, past its cap): left out of the reads. */
   #refusedTopics = new Set();
   /** A token that looked expired by this clock was asked for again once: the next one is tried anyway. */
@@ -372,6 +374,7 @@ export class RollCall {
     }
     if (ws !== this.#ws) return;
     this.#ready = true;
+    for (const session of this.#owedByes.splice(0)) this.#send({ op: "bye", session }).catch(() => {});
     this.#run(this.#conn.opened(this.#clock.now(), this.#tokenExp));
     for (const session of this.#sessions) session.machine.connectionOpened();
     this.#pump();
@@ -660,6 +663,9 @@ export class RollCall {
           },
         );
       } else if (machine.phase === "closed") {
+        // Ended while disconnected: the broker still holds the session (for its grace period, if it has one, and
+        // renewed by nothing): say bye on the next connection, unless the whole client is closing.
+        if (!this.#ready && !this.#closing && machine.session !== null && !machine.needsHello) this.#owedByes.push(machine.session);
         this.#sessions.delete(session);
         session._ended(null);
       }

@@ -298,3 +298,23 @@ test("a token provider that never answers is given up on after requestTimeoutMs,
   await rc.close();
 });
 
+test("bye() while the connection is down is said once it is back (not left to the grace period)", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  const rc = client(broker, clock);
+  const me = await rc.online({ user: "alice" });
+  await clock.advance(5000);
+  broker.up = false;
+  broker.drop();
+  await settle();
+  assert.equal(rc.state, "reconnecting");
+  await me.bye(); // resolves: the session has ended for the app
+  assert.deepEqual(rc.sessions, []);
+  broker.up = true;
+  await clock.advance(2000);
+  assert.equal(rc.state, "connected");
+  const bye = broker.sent.find((r) => r.op === "bye");
+  assert.equal(bye?.session, "s1", "before: no bye; the broker kept the session for its grace period, reason closed");
+  await rc.close();
+});
+
