@@ -76,6 +76,10 @@ export class ConnectionMachine {
       this.error = { code: "token_expired", message: "the token expired: asking for a fresh one" };
       return this.#retry(now, 0);
     }
+    if (cause.error?.code === "bad_url") {
+      // The WebSocket constructor refused the URL itself (not ws:// or wss://, say): no attempt can succeed.
+      return this.#stop({ code: "bad_url", message: String(cause.error.message ?? "a URL the WebSocket refuses") });
+    }
     if (!cause.opened && cause.httpStatus === 404) {
       return this.#stop({ code: "bad_url", message: "no WebSocket endpoint at this URL (HTTP 404)" });
     }

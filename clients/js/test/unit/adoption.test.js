@@ -318,3 +318,18 @@ test("bye() while the connection is down is said once it is back (not left to th
   await rc.close();
 });
 
+test("a URL the WebSocket refuses to parse ends the client (bad_url) rather than retrying for ever", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  const Throwing = class {
+    constructor() {
+      throw new SyntaxError("The URL's scheme must be either 'ws' or 'wss'");
+    }
+  };
+  const rc = client(broker, clock, { WebSocket: Throwing });
+  const me = rc.online({ user: "alice" });
+  await clock.advance(60000);
+  assert.equal(rc.state, "closed");
+  assert.equal(rc.error?.code, "bad_url");
+  await assert.rejects(me, (e) => e.code === "bad_url");
+});
