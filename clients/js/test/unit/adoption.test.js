@@ -333,3 +333,33 @@ test("a URL the WebSocket refuses to parse ends the client (bad_url) rather than
   assert.equal(rc.error?.code, "bad_url");
   await assert.rejects(me, (e) => e.code === "bad_url");
 });
+
+test("lifecycle: hiding the tab never makes an invisible or offline session show away", async () => {
+  const on = { doc: {}, win: {} };
+  const fake = (registry) => ({ addEventListener: (n, fn) => (registry[n] = fn), removeEventListener: (n) => delete registry[n] });
+  globalThis.window = fake(on.win);
+  globalThis.document = { ...fake(on.doc), visibilityState: "visible" };
+  try {
+    const clock = new FakeClock();
+    const broker = fakeBroker();
+    const rc = client(broker, clock, { lifecycle: true });
+    const ghost = await rc.online({ user: "ghost", status: "invisible" });
+    const quiet = await rc.online({ user: "quiet", status: "offline" });
+    const busy = await rc.online({ user: "busy", status: "busy" });
+    globalThis.document.visibilityState = "hidden";
+    on.doc.visibilitychange();
+    await settle();
+    const statuses = broker.sent.filter((r) => r.op === "status");
+    assert.deepEqual(statuses.map((r) => [r.session, r.status]), [[busy.id, "away"]], "before: the invisible user was made away, seen by everyone 5 s later");
+    assert.equal(ghost.status, "invisible");
+    assert.equal(quiet.status, "offline");
+    globalThis.document.visibilityState = "visible";
+    on.doc.visibilitychange();
+    await settle();
+    assert.deepEqual(broker.sent.filter((r) => r.op === "status").map((r) => r.status), ["away", "busy"]);
+    await rc.close();
+  } finally {
+    delete globalThis.window;
+    delete globalThis.document;
+  }
+});
