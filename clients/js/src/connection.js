@@ -36,6 +36,8 @@ export class ConnectionMachine {
     this.refusals = 0;
     this.attempting = false;
     this.openedAt = null;
+    /** reconnectNow() came while an attempt was under way: if it fails, the next one goes at once. */
+    this.wanted = false;
   }
 
   /** Start connecting (once). */
@@ -48,6 +50,7 @@ export class ConnectionMachine {
   /** The connection is up (and answered): `tokenExp` is the token's `exp` in ms, if it has one. */
   opened(now, tokenExp = null) {
     this.attempting = false;
+    this.wanted = false;
     if (this.state === "closed") return [];
     this.state = "connected";
     this.error = null;
@@ -113,9 +116,11 @@ export class ConnectionMachine {
     // A connection that was up for a while is tried again at once (its sessions renew within the grace period); a
     // failed attempt, or a connection that dropped right after it opened, waits for the backoff.
     const stable = cause.opened && this.openedAt !== null && now - this.openedAt >= 1000;
-    if (stable) this.backoff.reset();
+    const wanted = this.wanted;
+    this.wanted = false;
+    if (stable || wanted) this.backoff.reset();
     this.openedAt = null;
-    return this.#retry(now, stable ? 0 : this.backoff.next());
+    return this.#retry(now, stable || wanted ? 0 : this.backoff.next());
   }
 
   /** The time has come for whatever was due. */
@@ -151,7 +156,10 @@ export class ConnectionMachine {
   reconnectNow(now) {
     if (this.state === "connected") return ["check"];
     if (this.state === "closed" && this.error === null) return []; // closed by the application
-    if (this.attempting) return [];
+    if (this.attempting) {
+      this.wanted = true; // not lost: if this attempt fails, the next one goes at once
+      return [];
+    }
     if (this.state === "closed") {
       this.refusals = 0;
       this.state = "reconnecting";
@@ -164,6 +172,7 @@ export class ConnectionMachine {
 
   /** The application closes the client. */
   close() {
+    this.wanted = false;
     this.state = "closed";
     this.error = null;
     this.retryAt = null;

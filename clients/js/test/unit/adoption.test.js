@@ -2,7 +2,7 @@
 // shell over the fake WebSocket and the fake clock, or a machine alone.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SessionMachine, WatchMachine, Store } from "../../src/index.js";
+import { Backoff, ConnectionMachine, SessionMachine, WatchMachine, Store } from "../../src/index.js";
 import { FakeClock, settle, fakeBroker, client } from "../helpers/fake.js";
 
 /** A JWT-shaped token with this `exp` (seconds); not signed (the fake broker does not check). */
@@ -362,4 +362,13 @@ test("lifecycle: hiding the tab never makes an invisible or offline session show
     delete globalThis.window;
     delete globalThis.document;
   }
+});
+
+test("ConnectionMachine: reconnectNow() during a failing attempt (the browser's online event) is not lost", () => {
+  const m = new ConnectionMachine({ backoff: new Backoff({ initialMs: 30000, jitter: 0 }) });
+  assert.deepEqual(m.start(), ["connect"]);
+  assert.deepEqual(m.reconnectNow(5), [], "an attempt is under way (its probe, say)");
+  assert.deepEqual(m.failed(10, { httpStatus: null }), ["connect"], "before: the next attempt waited the whole 30 s backoff");
+  assert.deepEqual(m.failed(20, { httpStatus: null }), [], "once: the next failure backs off again");
+  assert.equal(m.deadline(), 20 + 30000, "from the start of the backoff, as reconnectNow resets it");
 });
