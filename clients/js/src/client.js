@@ -48,6 +48,8 @@ export class RollCall {
   #brokerOffset = 0;
   #detach = [];
   #closing = null;
+  /** getToken calls under way, with their deadline timers. */
+  #tokenAsks = new Set();
   /** Sessions ended by the app while the connection was down: their bye is said on the next connection. */
   #owedByes = [];
   /** Topics the broker refused on this connection (an invalid id, past its cap): left out of the reads. */
@@ -256,6 +258,11 @@ export class RollCall {
       for (const waiting of this.#waiting.splice(0)) waiting.reject(new RollCallError("closed", "the client is closed"));
       if (this.#timer !== null) this.#clock.clearTimeout(this.#timer);
       this.#timer = null;
+      for (const ask of this.#tokenAsks) {
+        this.#clock.clearTimeout(ask.timer);
+        ask.reject(new RollCallError("closed", "the client is closed"));
+      }
+      this.#tokenAsks.clear();
       this.#emitState();
     })();
     return this.#closing;
@@ -457,7 +464,7 @@ export class RollCall {
       const stale = before !== null && this.#tokenExp !== null && this.#tokenExp <= before;
       this.#run(stale ? this.#conn.refreshFailed(this.#clock.now()) : this.#conn.refreshed(this.#clock.now(), this.#tokenExp));
     } catch (error) {
-      if (error?.code !== "disconnected") this.#emit("error", asError(error, "token_refresh"));
+      if (error?.code !== "disconnected" && error?.code !== "closed") this.#emit("error", asError(error, "token_refresh"));
       this.#run(this.#conn.refreshFailed(this.#clock.now()));
     }
   }
@@ -471,8 +478,13 @@ export class RollCall {
         () => reject(new RollCallError("token_provider", `getToken did not answer within ${this.#requestTimeoutMs} ms`)),
         this.#requestTimeoutMs,
       );
+      // close() gives up on it at once: its timer would keep a Node process alive.
+      this.#tokenAsks.add({ timer, reject });
     });
-    return Promise.race([Promise.resolve().then(() => this.#getToken()), late]).finally(() => this.#clock.clearTimeout(timer));
+    return Promise.race([Promise.resolve().then(() => this.#getToken()), late]).finally(() => {
+      this.#clock.clearTimeout(timer);
+      for (const ask of this.#tokenAsks) if (ask.timer === timer) this.#tokenAsks.delete(ask);
+    });
   }
 
   /** Is the connection still alive? A ping within 5 s, or a new connection. */

@@ -372,3 +372,20 @@ test("ConnectionMachine: reconnectNow() during a failing attempt (the browser's 
   assert.deepEqual(m.failed(20, { httpStatus: null }), [], "once: the next failure backs off again");
   assert.equal(m.deadline(), 20 + 30000, "from the start of the backoff, as reconnectNow resets it");
 });
+
+test("close() leaves no timer behind (a Node process must exit), also while getToken hangs", async () => {
+  for (const hang of [false, true]) {
+    const clock = new FakeClock();
+    const broker = fakeBroker();
+    const rc = client(broker, clock, hang ? { token: undefined, getToken: () => new Promise(() => {}) } : {});
+    if (!hang) {
+      const me = await rc.online({ user: "alice", keepalive: "ttl" });
+      rc.follow(["bob"], () => {});
+      broker.sockets[0].push("broker/", { broker: "fake", epoch: "e1", time: 5000, heartbeat_ms: 1000, dropped: 0 });
+      await me.setStatus("away", { afterMs: 5000 });
+    }
+    await settle();
+    await rc.close();
+    assert.deepEqual([...clock.timers.values()].map((t) => t.at), [], `timers left after close (getToken hangs: ${hang})`);
+  }
+});
