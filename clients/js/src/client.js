@@ -639,6 +639,7 @@ export class RollCall {
   async #subscribeEach(topics) {
     try {
       await this.#send({ op: "subscribe", topics });
+      for (const topic of topics) this.#refusedTopics.delete(topic); // refused at the cap before, taken now
     } catch (error) {
       if (!(error instanceof RollCallError) || CLIENT_CODES.has(error.code)) throw error;
       if (topics.length === 1) {

@@ -389,3 +389,35 @@ test("close() leaves no timer behind (a Node process must exit), also while getT
     assert.deepEqual([...clock.timers.values()].map((t) => t.at), [], `timers left after close (getToken hangs: ${hang})`);
   }
 });
+
+test("a group refused at the subscription cap, followed again once there is room, is read", async () => {
+  const clock = new FakeClock();
+  const broker = fakeBroker();
+  const held = new Set();
+  broker.handle = (request, reply) => {
+    if (request.op === "subscribe") {
+      const fresh = request.topics.filter((t) => !held.has(t));
+      if (held.size + fresh.length > 2) return void Object.assign(reply, { ok: false, error: { code: "limit", message: "too many topics" } });
+      for (const t of fresh) held.add(t);
+    }
+    if (request.op === "unsubscribe") for (const t of request.topics) held.delete(t);
+    if (request.op === "group") {
+      Object.assign(reply, { group: request.group, online: 1, total: 1, counts: { online: 1, busy: 0, away: 0, offline: 0 }, seq: 5, members: { m: { user: "m", status: "online", seq: 2 } } });
+    }
+  };
+  const rc = client(broker, clock);
+  rc.on("error", () => {});
+  const stopBob = rc.follow(["bob"], () => {}); // broker/ and bob: the cap of 2
+  await settle();
+  const stop = rc.followGroup("team", () => {});
+  await settle();
+  assert.equal(rc.store.group("team"), undefined, "refused: limit");
+  stop();
+  stopBob();
+  await settle();
+  const views = [];
+  rc.followGroup("team", (g) => views.push(g));
+  await settle();
+  assert.ok(views.some((g) => g.members?.m), "before: the group was still taken for refused, and never read");
+  await rc.close();
+});
