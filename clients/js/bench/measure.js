@@ -55,8 +55,8 @@ export async function measureClient({ RollCall, url, senderToken, receiverToken,
     let ready;
     const online = new Promise((resolve) => (ready = resolve));
     receiver.follow([user], (record) => record.status === "online" && ready());
-    receiver.store.subscribe(({ user: changed }) => {
-      if (changed === user && waiting && receiver.store.get(user).status === waiting.status) waiting.resolve(performance.now());
+    receiver.store.subscribe(({ users }) => {
+      if (users.includes(user) && waiting && receiver.store.get(user).status === waiting.status) waiting.resolve(performance.now());
     });
     await online;
     const samples = [];

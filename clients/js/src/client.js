@@ -1,6 +1,6 @@
 import { Backoff } from "./backoff.js";
 import { ConnectionMachine } from "./connection.js";
-import { RollCallError, errorOf } from "./errors.js";
+import { RollCallError, callSafely, errorOf } from "./errors.js";
 import { watchLifecycle } from "./lifecycle.js";
 import { SessionMachine } from "./session.js";
 import { Session } from "./session-handle.js";
@@ -48,6 +48,14 @@ export class RollCall {
   #brokerOffset = 0;
   #detach = [];
   #closing = null;
+  /** getToken calls under way, with their deadline timers. */
+  #tokenAsks = new Set();
+  /** Sessions ended by the app while the connection was down: their bye is said on the next connection. */
+  #owedByes = [];
+  /** Topics the broker refused on this connection (an invalid id, past its cap): left out of the reads. */
+  #refusedTopics = new Set();
+  /** A token that looked expired by this clock was asked for again once: the next one is tried anyway. */
+  #expiredOnce = false;
 
   /**
    * @param {string} url `ws://HOST:PORT/v1/ws` or `wss://...`
@@ -138,7 +146,7 @@ export class RollCall {
       this.#userFns.get(user).add(entry);
       // The current record first, if held already (a repeat of it from the broker is then dropped by its seq).
       const record = this.store.get(user);
-      if (record) queueMicrotask(() => entry.users.has(user) && fn(record));
+      if (record) queueMicrotask(() => entry.users.has(user) && callSafely(fn, record));
     }
     this.#subscribe(this.#watch.follow(users.map((user) => `presence/${user}/`)));
     return (only) => {
@@ -170,9 +178,12 @@ export class RollCall {
     if (!this.#groupFns.has(id)) this.#groupFns.set(id, new Set());
     this.#groupFns.get(id).add(entry);
     const view = this.store.group(id);
-    if (view) queueMicrotask(() => entry.active && fn(view));
+    if (view) queueMicrotask(() => entry.active && callSafely(fn, view));
     const fresh = this.#watch.follow([`group/${id}/`]);
-    this.#subscribe(fresh).then(() => fresh.length && this.#ready && this.#readGroupReporting(id), () => {});
+    this.#subscribe(fresh).then(
+      () => fresh.length && this.#ready && !this.#refusedTopics.has(`group/${id}/`) && this.#readGroupReporting(id),
+      () => {},
+    );
     return () => {
       if (!entry.active) return;
       entry.active = false;
@@ -201,9 +212,18 @@ export class RollCall {
     return this.#call({ op: "ping" }, { retry: true });
   }
 
-  /** Defines, edits or reads a group (`{members}` | `{add, remove}` | nothing): the broker's reply (first page). */
-  group(id, edit = {}) {
-    return this.#call({ op: "group", group: id, ...edit }, { retry: true });
+  /** Defines, edits or reads a group (`{members}` | `{add, remove}` | nothing): the broker's reply, with the
+   * members of every page (the pages after the first are read with `after`). With `{after}`, that one page. */
+  async group(id, edit = {}) {
+    let reply = await this.#call({ op: "group", group: id, ...edit }, { retry: true });
+    if (edit.after !== undefined) return reply;
+    const members = { ...reply.members };
+    while (reply.next) {
+      reply = await this.#call({ op: "group", group: id, after: reply.next }, { retry: true });
+      Object.assign(members, reply.members);
+    }
+    const { next: _next, ...whole } = reply;
+    return { ...whole, members };
   }
 
   /** Deletes a group. */
@@ -238,6 +258,11 @@ export class RollCall {
       for (const waiting of this.#waiting.splice(0)) waiting.reject(new RollCallError("closed", "the client is closed"));
       if (this.#timer !== null) this.#clock.clearTimeout(this.#timer);
       this.#timer = null;
+      for (const ask of this.#tokenAsks) {
+        this.#clock.clearTimeout(ask.timer);
+        ask.reject(new RollCallError("closed", "the client is closed"));
+      }
+      this.#tokenAsks.clear();
       this.#emitState();
     })();
     return this.#closing;
@@ -281,14 +306,15 @@ export class RollCall {
   /** The broker refuses the token: what waits for a connection fails with why (`reconnectNow` may try again). */
   #refused(error) {
     for (const waiting of this.#waiting.splice(0)) waiting.reject(error);
-    for (const session of this.#sessions) session._refused(error);
+    for (const session of [...this.#sessions]) if (session._refused(error)) this.#sessions.delete(session);
   }
 
   async #open() {
     let token = this.#token;
     try {
-      if (this.#getToken) token = await this.#getToken();
+      if (this.#getToken) token = await this.#askToken();
     } catch (error) {
+      if (this.#conn.state === "closed") return;
       this.#run(this.#conn.failed(this.#clock.now(), { error: { code: "token_provider", message: String(error?.message ?? error) } }));
       return;
     }
@@ -296,9 +322,17 @@ export class RollCall {
     this.#token = token ?? this.#token;
     this.#tokenExp = tokenExpiry(token);
     if (this.#tokenExp !== null && this.#tokenExp <= this.#clock.now()) {
-      this.#run(this.#conn.failed(this.#clock.now(), { tokenExpired: true }));
-      return;
+      // Expired by this clock: ask the provider once more at once. A second one that looks expired too is tried
+      // all the same (this clock may be wrong; the broker's wall clock decides), so a provider is never asked in a
+      // loop; a token the broker takes although it looks expired here is not refreshed by this clock (4001 then
+      // brings a fresh one).
+      if (!this.#getToken || !this.#expiredOnce) {
+        this.#expiredOnce = true;
+        this.#run(this.#conn.failed(this.#clock.now(), { tokenExpired: true }));
+        return;
+      }
     }
+    this.#expiredOnce = false;
     const url = this.#urlWith(token);
     let ws;
     try {
@@ -328,14 +362,16 @@ export class RollCall {
       this.#brokerTime(pong.time);
       this.#watch.connectedTo(pong.epoch);
       // Until the client is ready, follow() sends nothing: what was followed while a subscribe was under way is
-      // picked up by the next round.
+      // picked up by the next round. A topic the broker refuses (an invalid id, past its cap) is reported and left
+      // out; the others are subscribed all the same.
+      this.#refusedTopics.clear();
       const subscribed = new Set();
       for (;;) {
         const topics = ["broker/", ...this.#watch.topics.keys()].filter((topic) => !subscribed.has(topic));
         if (!topics.length) break;
         for (let i = 0; i < topics.length; i += SUBSCRIBE_CHUNK) {
           const chunk = topics.slice(i, i + SUBSCRIBE_CHUNK);
-          await this.#send({ op: "subscribe", topics: chunk });
+          await this.#subscribeEach(chunk);
           for (const topic of chunk) subscribed.add(topic);
         }
       }
@@ -345,6 +381,7 @@ export class RollCall {
     }
     if (ws !== this.#ws) return;
     this.#ready = true;
+    for (const session of this.#owedByes.splice(0)) this.#send({ op: "bye", session }).catch(() => {});
     this.#run(this.#conn.opened(this.#clock.now(), this.#tokenExp));
     for (const session of this.#sessions) session.machine.connectionOpened();
     this.#pump();
@@ -418,15 +455,36 @@ export class RollCall {
 
   async #refresh() {
     try {
-      const token = await this.#getToken();
+      const token = await this.#askToken();
       const reply = await this.#send({ op: "auth", token });
+      const before = this.#tokenExp;
       this.#token = token;
       this.#tokenExp = typeof reply.expires === "number" ? reply.expires * 1000 : tokenExpiry(token);
-      this.#run(this.#conn.refreshed(this.#clock.now(), this.#tokenExp));
+      // A provider that hands out the same (cached) token again: no later exp, so asking again at once would loop.
+      const stale = before !== null && this.#tokenExp !== null && this.#tokenExp <= before;
+      this.#run(stale ? this.#conn.refreshFailed(this.#clock.now()) : this.#conn.refreshed(this.#clock.now(), this.#tokenExp));
     } catch (error) {
-      if (error?.code !== "disconnected") this.#emit("error", asError(error, "token_refresh"));
+      if (error?.code !== "disconnected" && error?.code !== "closed") this.#emit("error", asError(error, "token_refresh"));
       this.#run(this.#conn.refreshFailed(this.#clock.now()));
     }
+  }
+
+  /** A token from `getToken`, which fails if it does not answer within `requestTimeoutMs` (a backend that hangs
+   * would otherwise stall the connection for ever: "connecting", and `reconnectNow` ignored while it waits). */
+  #askToken() {
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = this.#clock.setTimeout(
+        () => reject(new RollCallError("token_provider", `getToken did not answer within ${this.#requestTimeoutMs} ms`)),
+        this.#requestTimeoutMs,
+      );
+      // close() gives up on it at once: its timer would keep a Node process alive.
+      this.#tokenAsks.add({ timer, reject });
+    });
+    return Promise.race([Promise.resolve().then(() => this.#getToken()), late]).finally(() => {
+      this.#clock.clearTimeout(timer);
+      for (const ask of this.#tokenAsks) if (ask.timer === timer) this.#tokenAsks.delete(ask);
+    });
   }
 
   /** Is the connection still alive? A ping within 5 s, or a new connection. */
@@ -481,7 +539,7 @@ export class RollCall {
       return;
     }
     if (typeof frame.topic === "string") {
-      this.#update(frame.topic, frame.message);
+      this.store.batch(() => this.#update(frame.topic, frame.message));
       return;
     }
     const pending = this.#pending.get(frame.id);
@@ -510,7 +568,7 @@ export class RollCall {
     if (group !== null) {
       const applied = this.#watch.groupMessage(message);
       if (!applied) return;
-      for (const fn of this.#groupEntries(group)) fn(message);
+      for (const fn of this.#groupEntries(group)) callSafely(fn, message);
       for (const record of applied.records) this.#deliver(record);
     }
   }
@@ -520,7 +578,7 @@ export class RollCall {
   }
 
   #deliver(record) {
-    for (const entry of [...(this.#userFns.get(record.user) ?? [])]) entry.fn(record);
+    for (const entry of [...(this.#userFns.get(record.user) ?? [])]) callSafely(entry.fn, record);
   }
 
   #groupEntries(id) {
@@ -530,9 +588,12 @@ export class RollCall {
   /** Reads every followed user and group again and applies the answers by the seq rules. */
   async #resync() {
     try {
-      const users = this.#watch.users();
-      if (users.length) for (const record of await this.query(users)) this.#record(record);
-      for (const id of this.#watch.groups()) await this.#readGroup(id);
+      const users = this.#watch.users().filter((user) => !this.#refusedTopics.has(`presence/${user}/`));
+      if (users.length) {
+        const records = await this.query(users);
+        this.store.batch(() => records.forEach((record) => this.#record(record)));
+      }
+      for (const id of this.#watch.groups()) if (!this.#refusedTopics.has(`group/${id}/`)) await this.#readGroup(id);
     } catch (error) {
       if (error?.code !== "disconnected" && error?.code !== "closed") this.#emit("error", asError(error, "resync"));
     }
@@ -554,20 +615,42 @@ export class RollCall {
       Object.assign(members, reply.members);
       after = reply.next;
     } while (after);
-    const applied = this.#watch.groupRead({ ...reply, members });
-    if (!applied) return;
-    const view = { ...applied.view };
-    for (const fn of this.#groupEntries(id)) fn(view);
-    for (const record of applied.records) this.#deliver(record);
+    this.store.batch(() => {
+      const applied = this.#watch.groupRead({ ...reply, members });
+      if (!applied) return;
+      const view = { ...applied.view };
+      for (const fn of this.#groupEntries(id)) callSafely(fn, view);
+      for (const record of applied.records) this.#deliver(record);
+    });
   }
 
   #subscribe(topics) {
     if (!topics.length || !this.#ready) return Promise.resolve();
-    const done = this.#send({ op: "subscribe", topics });
+    const done = this.#subscribeEach(topics);
     done.catch((error) => {
       if (error.code !== "disconnected" && error.code !== "closed") this.#emit("error", error);
     });
     return done;
+  }
+
+  /** Subscribes to `topics`. The broker applies a `subscribe` all or nothing: when it refuses one, the topics are
+   * tried again in halves, so the good ones are subscribed and each refused one is reported on "error" (with its
+   * topic) and left out of the reads. Rejects only when the connection fails. */
+  async #subscribeEach(topics) {
+    try {
+      await this.#send({ op: "subscribe", topics });
+      for (const topic of topics) this.#refusedTopics.delete(topic); // refused at the cap before, taken now
+    } catch (error) {
+      if (!(error instanceof RollCallError) || CLIENT_CODES.has(error.code)) throw error;
+      if (topics.length === 1) {
+        this.#refusedTopics.add(topics[0]);
+        this.#emit("error", new RollCallError(error.code, `subscribe ${topics[0]}: ${error.message}`));
+        return;
+      }
+      const half = Math.ceil(topics.length / 2);
+      await this.#subscribeEach(topics.slice(0, half));
+      await this.#subscribeEach(topics.slice(half));
+    }
   }
 
   #unsubscribe(topics) {
@@ -593,6 +676,9 @@ export class RollCall {
           },
         );
       } else if (machine.phase === "closed") {
+        // Ended while disconnected: the broker still holds the session (for its grace period, if it has one, and
+        // renewed by nothing): say bye on the next connection, unless the whole client is closing.
+        if (!this.#ready && !this.#closing && machine.session !== null && !machine.needsHello) this.#owedByes.push(machine.session);
         this.#sessions.delete(session);
         session._ended(null);
       }
@@ -628,6 +714,7 @@ export class RollCall {
   #tick() {
     const now = this.#clock.now();
     const actions = this.#conn.tick(now);
+    if (this.#watch.resyncDue(now)) this.#resync();
     if (this.#watch.tick(now)) {
       this.#emit("broker", { lost: true });
       actions.push("check");
@@ -646,17 +733,12 @@ export class RollCall {
   }
 
   #emit(event, ...args) {
-    for (const fn of [...this.#listeners[event]]) {
-      try {
-        fn(...args);
-      } catch (error) {
-        queueMicrotask(() => {
-          throw error;
-        });
-      }
-    }
+    for (const fn of [...this.#listeners[event]]) callSafely(fn, ...args);
   }
 }
+
+/** The client's own codes: the connection failed, not the request. */
+const CLIENT_CODES = new Set(["disconnected", "timeout", "closed", "unauthorized", "token_expired", "token_provider", "bad_url"]);
 
 function asError(error, code) {
   if (error instanceof RollCallError) return error;

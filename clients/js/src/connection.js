@@ -36,6 +36,8 @@ export class ConnectionMachine {
     this.refusals = 0;
     this.attempting = false;
     this.openedAt = null;
+    /** reconnectNow() came while an attempt was under way: if it fails, the next one goes at once. */
+    this.wanted = false;
   }
 
   /** Start connecting (once). */
@@ -48,6 +50,7 @@ export class ConnectionMachine {
   /** The connection is up (and answered): `tokenExp` is the token's `exp` in ms, if it has one. */
   opened(now, tokenExp = null) {
     this.attempting = false;
+    this.wanted = false;
     if (this.state === "closed") return [];
     this.state = "connected";
     this.error = null;
@@ -75,6 +78,10 @@ export class ConnectionMachine {
       }
       this.error = { code: "token_expired", message: "the token expired: asking for a fresh one" };
       return this.#retry(now, 0);
+    }
+    if (cause.error?.code === "bad_url") {
+      // The WebSocket constructor refused the URL itself (not ws:// or wss://, say): no attempt can succeed.
+      return this.#stop({ code: "bad_url", message: String(cause.error.message ?? "a URL the WebSocket refuses") });
     }
     if (!cause.opened && cause.httpStatus === 404) {
       return this.#stop({ code: "bad_url", message: "no WebSocket endpoint at this URL (HTTP 404)" });
@@ -109,9 +116,11 @@ export class ConnectionMachine {
     // A connection that was up for a while is tried again at once (its sessions renew within the grace period); a
     // failed attempt, or a connection that dropped right after it opened, waits for the backoff.
     const stable = cause.opened && this.openedAt !== null && now - this.openedAt >= 1000;
-    if (stable) this.backoff.reset();
+    const wanted = this.wanted;
+    this.wanted = false;
+    if (stable || wanted) this.backoff.reset();
     this.openedAt = null;
-    return this.#retry(now, stable ? 0 : this.backoff.next());
+    return this.#retry(now, stable || wanted ? 0 : this.backoff.next());
   }
 
   /** The time has come for whatever was due. */
@@ -147,7 +156,10 @@ export class ConnectionMachine {
   reconnectNow(now) {
     if (this.state === "connected") return ["check"];
     if (this.state === "closed" && this.error === null) return []; // closed by the application
-    if (this.attempting) return [];
+    if (this.attempting) {
+      this.wanted = true; // not lost: if this attempt fails, the next one goes at once
+      return [];
+    }
     if (this.state === "closed") {
       this.refusals = 0;
       this.state = "reconnecting";
@@ -160,6 +172,7 @@ export class ConnectionMachine {
 
   /** The application closes the client. */
   close() {
+    this.wanted = false;
     this.state = "closed";
     this.error = null;
     this.retryAt = null;
@@ -176,7 +189,10 @@ export class ConnectionMachine {
 
   #tokenIs(now, tokenExp) {
     this.tokenExp = tokenExp;
-    this.refreshAt = this.canRefreshToken && tokenExp !== null ? refreshTime(now, tokenExp) : null;
+    // A token already past its exp by this clock, which the broker took all the same: this clock is wrong, and
+    // refreshing by it would loop; the broker's 4001 at the real exp brings a fresh one.
+    const usable = tokenExp !== null && tokenExp > now;
+    this.refreshAt = this.canRefreshToken && usable ? refreshTime(now, tokenExp) : null;
   }
 
   #retry(now, delay) {

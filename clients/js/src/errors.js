@@ -17,3 +17,22 @@ export function errorOf(reply) {
   const error = reply?.error ?? {};
   return new RollCallError(String(error.code ?? "unknown"), String(error.message ?? "the broker refused the request"));
 }
+
+/** An exception from the application's own callback: reported where the platform reports uncaught errors (the
+ * browser's `reportError`, else thrown from a microtask), so that it neither disappears nor breaks the client. */
+export function report(error) {
+  if (typeof globalThis.reportError === "function") globalThis.reportError(error);
+  else
+    queueMicrotask(() => {
+      throw error;
+    });
+}
+
+/** Calls the application's `fn(...args)`; an exception is reported, not thrown at the caller. */
+export function callSafely(fn, ...args) {
+  try {
+    fn(...args);
+  } catch (error) {
+    report(error);
+  }
+}

@@ -83,9 +83,11 @@ export class RollCallError extends Error {
 export interface WebSocketLike {
   send(data: string): void;
   close(code?: number, reason?: string): void;
+  // The client sets these; `any` events, so that the DOM's `WebSocket` (whose handlers take a `MessageEvent`, a
+  // `CloseEvent`) and libraries' sockets are assignable: it reads `event.data` and `event.code` only.
   onopen: ((event: any) => void) | null;
-  onmessage: ((event: { data: any }) => void) | null;
-  onclose: ((event: { code: number }) => void) | null;
+  onmessage: ((event: any) => void) | null;
+  onclose: ((event: any) => void) | null;
   onerror: ((event: any) => void) | null;
 }
 export type WebSocketConstructor = new (url: string) => WebSocketLike;
@@ -178,7 +180,8 @@ export class Store {
   users(): Map<string, PresenceRecord>;
   /** Changes with every change: a cheap snapshot for useSyncExternalStore. */
   readonly version: number;
-  subscribe(fn: (change: { user?: string; group?: string }) => void): () => void;
+  /** `fn` is called once per update, query answer or group read, with the ids of what changed. */
+  subscribe(fn: (change: { users: string[]; groups: string[] }) => void): () => void;
 }
 
 export interface GroupReply {
@@ -224,6 +227,8 @@ export class RollCall {
   followGroup(id: string, fn: (group: GroupView | GroupMessage | GroupDeleted) => void): () => void;
   query(users: string[]): Promise<PresenceRecord[]>;
   ping(): Promise<PingReply>;
+  /** Defines, edits or reads a group: the reply with the members of every page (no `next`); with `after`, that one
+   * page (with `next` if more follow). */
   group(id: string, edit?: { members?: string[]; add?: string[]; remove?: string[]; after?: string }): Promise<GroupReply>;
   ungroup(id: string): Promise<{ ok: true; deleted: boolean }>;
   /** Any request, such as `{op: "advance", ms}` against a test-mode broker. */
@@ -305,6 +310,8 @@ export class WatchMachine {
   groupMessage(message: GroupMessage | GroupDeleted): { records: PresenceRecord[] } | null;
   groupRead(read: { group: string; online: number; total: number; counts: StatusCounts; members: Record<string, PresenceRecord>; seq: number }): { view: GroupView; records: PresenceRecord[] } | null;
   heartbeat(beat: BrokerHeartbeat, now: number): boolean;
+  /** A read again held back by the pause (`dropped` kept growing) is due now. */
+  resyncDue(now: number): boolean;
   tick(now: number): boolean;
   disconnected(): void;
   deadline(): number | null;

@@ -1,5 +1,8 @@
 import { RollCallError, errorOf } from "./errors.js";
 
+/** How available each status is: a hidden tab never makes a session more available than it is. */
+const AVAILABILITY = { online: 3, busy: 2, away: 1, offline: 0, invisible: -1 };
+
 /** A presence session, from `rc.online()`. */
 export class Session {
   #rc;
@@ -67,9 +70,11 @@ export class Session {
     return done;
   }
 
-  /** @internal: tab hidden: the held status, unless already hidden. */
+  /** @internal: tab hidden: the held status, unless already hidden, or unless the session is less available than
+   * that already (an `invisible` or `offline` session made `away` would show the user to everyone). */
   _hide(status, afterMs) {
     if (this.#hidden || this.#ended) return;
+    if (AVAILABILITY[this.machine.desired.status] <= AVAILABILITY[status]) return;
     this.#hidden = { status: this.machine.desired.status, text: this.machine.desired.text };
     this.#set(status, status === "offline" ? null : this.#hidden.text, afterMs);
   }
@@ -91,9 +96,13 @@ export class Session {
     this.bye();
   }
 
-  /** @internal: the client cannot connect (unauthorized): a session not granted yet fails with why. */
+  /** @internal: the client cannot connect (unauthorized): a session not granted yet fails with why, and ends (its
+   * `online()` was rejected: it must not say hello later, behind the app's back). Returns whether it ended. */
   _refused(error) {
-    if (!this.machine.session) this.#rejectGranted(error);
+    if (this.machine.session || this.#ended) return false;
+    this.machine.phase = "closed";
+    this._ended(error, true);
+    return true;
   }
 
   /** @internal */

@@ -149,7 +149,12 @@ export class SessionMachine {
       this.phase = "closed";
       return [{ type: "ended", error, first: this.session === null }];
     }
-    if (call.kind === "status") this.sentVersion = Math.max(this.sentVersion, call.version);
+    if (call.kind === "status") {
+      this.sentVersion = Math.max(this.sentVersion, call.version);
+      // Refused (a text too long, say): the status asked for is what the broker has, not the refused one, which a
+      // later hello (after `unknown_session`) would otherwise ask again, and have refused, ending the session.
+      if (call.version === this.version) this.desired = { ...this.applied, afterMs: null, askedAt: now };
+    }
     this.renew = false;
     return [{ type: "refused", version: call.kind === "status" ? call.version : 0, error }];
   }

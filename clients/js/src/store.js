@@ -1,3 +1,5 @@
+import { callSafely } from "./errors.js";
+
 /**
  * The latest record of every followed user and the latest view of every followed group, for UI code: read it with
  * `get(user)` and `group(id)`, and hear of every change with `subscribe(fn)`. Records and group views are replaced,
@@ -8,6 +10,9 @@ export class Store {
   #groups = new Map();
   #listeners = new Set();
   #version = 0;
+  #batching = 0;
+  #users = new Set();
+  #groupIds = new Set();
 
   /** The latest record of `user` (followed, or a member of a followed group), or undefined. */
   get(user) {
@@ -29,10 +34,24 @@ export class Store {
     return this.#version;
   }
 
-  /** Calls `fn({user?, group?})` after each change; returns the function that stops it. */
+  /** Calls `fn({users, groups})` after each change, with the ids of the users and groups that changed: once per
+   * update, query answer or group read, however many records it brought. Returns the function that stops it. */
   subscribe(fn) {
     this.#listeners.add(fn);
-    return () => this.#listeners.delete(fn);
+    return () => {
+      this.#listeners.delete(fn);
+    };
+  }
+
+  /** @internal: the changes `fn` makes are told to subscribers once, at its end. */
+  batch(fn) {
+    this.#batching += 1;
+    try {
+      return fn();
+    } finally {
+      this.#batching -= 1;
+      if (this.#batching === 0) this.#flush();
+    }
   }
 
   /** @internal */
@@ -57,16 +76,18 @@ export class Store {
     if (this.#groups.delete(id)) this.#changed({ group: id });
   }
 
-  #changed(what) {
+  #changed({ user, group }) {
     this.#version += 1;
-    for (const fn of [...this.#listeners]) {
-      try {
-        fn(what);
-      } catch (error) {
-        queueMicrotask(() => {
-          throw error;
-        });
-      }
-    }
+    if (user !== undefined) this.#users.add(user);
+    if (group !== undefined) this.#groupIds.add(group);
+    if (this.#batching === 0) this.#flush();
+  }
+
+  #flush() {
+    if (this.#users.size === 0 && this.#groupIds.size === 0) return;
+    const change = { users: [...this.#users], groups: [...this.#groupIds] };
+    this.#users.clear();
+    this.#groupIds.clear();
+    for (const fn of [...this.#listeners]) callSafely(fn, change);
   }
 }

@@ -22,6 +22,11 @@ export class WatchMachine {
     this.beatMs = 1000;
     this.dropped = null;
     this.lost = false;
+    /** Reads again because `dropped` grew: at most one per `resyncPause` (1 s, doubling to 30 s while it keeps
+     * growing, protocol §8.4); one held back is due at `resyncAt`. */
+    this.resyncPause = 1000;
+    this.lastResyncAt = null;
+    this.resyncAt = null;
   }
 
   /** Someone follows these topics: returns those that were not followed yet (to subscribe). */
@@ -74,6 +79,9 @@ export class WatchMachine {
     this.seqs.clear();
     this.groupSeqs.clear();
     this.dropped = null;
+    this.resyncPause = 1000;
+    this.lastResyncAt = null;
+    this.resyncAt = null;
     return known;
   }
 
@@ -130,7 +138,8 @@ export class WatchMachine {
     return { view: this.store.group(id), records };
   }
 
-  /** A heartbeat on `broker/`: returns whether to read everything again (`dropped` grew, or heartbeats are back). */
+  /** A heartbeat on `broker/`: returns whether to read everything again now (heartbeats are back, or `dropped`
+   * grew and the last such read is a pause old; otherwise that read is due later: `resyncDue`). */
   heartbeat(beat, now) {
     this.lastBeatAt = now;
     if (typeof beat.heartbeat_ms === "number") this.beatMs = beat.heartbeat_ms;
@@ -139,7 +148,31 @@ export class WatchMachine {
     this.dropped = dropped;
     const back = this.lost;
     this.lost = false;
-    return grew || back;
+    if (!grew) {
+      // A whole pause without growth: the next growth is read again at once, and the pause starts over.
+      if (this.lastResyncAt !== null && this.resyncAt === null && now >= this.lastResyncAt + this.resyncPause) this.resyncPause = 1000;
+      return back;
+    }
+    if (this.resyncAt !== null) return back;
+    if (this.lastResyncAt === null || now >= this.lastResyncAt + this.resyncPause) {
+      this.#resynced(now);
+      return true;
+    }
+    this.resyncAt = this.lastResyncAt + this.resyncPause;
+    return back;
+  }
+
+  /** Whether a read held back by the pause is due now (once). */
+  resyncDue(now) {
+    if (this.resyncAt === null || now < this.resyncAt) return false;
+    this.#resynced(now);
+    return true;
+  }
+
+  #resynced(now) {
+    this.resyncAt = null;
+    this.lastResyncAt = now;
+    this.resyncPause = Math.min(30000, this.resyncPause * 2);
   }
 
   /** True when heartbeats just stopped (three intervals without one): the view may be stale. */
@@ -153,10 +186,13 @@ export class WatchMachine {
   disconnected() {
     this.lastBeatAt = null;
     this.lost = false; // the new connection reads everything again anyway
+    this.resyncAt = null;
   }
 
   deadline() {
-    return this.lost || this.lastBeatAt === null ? null : this.lastBeatAt + 3 * this.beatMs;
+    const lost = this.lost || this.lastBeatAt === null ? null : this.lastBeatAt + 3 * this.beatMs;
+    if (this.resyncAt === null) return lost;
+    return lost === null ? this.resyncAt : Math.min(lost, this.resyncAt);
   }
 
   /** A member's record: into the group's view if newer than the one it holds; true if news by the seq rule. */

@@ -71,5 +71,12 @@ test("the example page shows the group live, and comes back with current data af
   assert.ok((await text()).includes("away carol · away"), "the page cannot know yet");
   await proxy.restore();
   await shows(`connected to ${url}`, "1 of 5 online", "busy alice · busy · on a call", "offline carol · last seen just now");
+
+  // A status text is the user's own words: shown as text, never as markup (no element, no script).
+  const markup = `<img src=x onerror="window.__xss=1"><b>hi</b>`;
+  await alice.setStatus("busy", { text: markup });
+  await broker.advance(100); // the group's batch window, on the test-mode clock
+  await shows(`busy alice · busy · ${markup}`);
+  assert.equal(await page.eval(`document.querySelectorAll('#contacts img, #contacts b').length + (window.__xss ?? 0)`), 0);
   assert.deepEqual(page.errors, []);
 });

@@ -53,7 +53,23 @@ export class Broker {
     return makeToken(this.secret, { sub, ...options });
   }
 
+  /** Starts the broker. Fresh ports are free when chosen, but another process may take one before the broker binds
+   * it (a run failed "Address already in use" on a busy machine): then new ones are chosen, up to 3 times. A restart
+   * keeps its ports. */
   async start() {
+    const fresh = !this.ports;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#startOnce();
+      } catch (error) {
+        if (!fresh || attempt >= 3 || !/Address already in use/.test(error.message)) throw error;
+        this.ports = null;
+        this.stderr = "";
+      }
+    }
+  }
+
+  async #startOnce() {
     if (!existsSync(rollcallBin)) throw new Error(`no broker binary at ${rollcallBin}: build it (swift build) or set ROLLCALL_BIN`);
     if (!this.ports) this.ports = { command: await freePort(), update: await freePort(), ws: await freePort() };
     const args = [

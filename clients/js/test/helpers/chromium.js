@@ -89,7 +89,8 @@ export class Chromium {
       this.child.kill("SIGKILL");
       await gone;
     }
-    if (this.profile) rmSync(this.profile, { recursive: true, force: true });
+    // Chromium's helper processes may still write to the profile for a moment after the browser died: retry.
+    if (this.profile) rmSync(this.profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
   }
 }
 

@@ -35,3 +35,12 @@ function describe(value) {
     return String(value);
   }
 }
+
+/** `promise`, or a failure naming `what` after `timeoutMs`. */
+export function within(promise, what, timeoutMs = 10000) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { RollCall, RollCallError } from "../../src/index.js";
 import { Broker, makeToken } from "../helpers/broker.js";
 import { ZmqWatcher } from "../helpers/zmq.js";
-import { Recorder, until } from "../helpers/wait.js";
+import { Recorder, until, within } from "../helpers/wait.js";
 
 describe("against a test-mode broker", () => {
   let broker;
@@ -101,6 +101,38 @@ describe("against a test-mode broker", () => {
     assert.deepEqual([...seqs].sort((a, b) => a - b), seqs, "group seqs never go back");
     stop();
     assert.equal(viewer.store.group("team"), undefined);
+  });
+
+  test("a follow of an invalid user id is reported, and does not keep the client from connecting (review)", async () => {
+    const rc = as("r-alice");
+    const errors = new Recorder();
+    rc.on("error", errors.fn);
+    const seen = new Recorder();
+    rc.follow(["r-bob", "bad id!"], seen.fn);
+    const me = await within(rc.online({ user: "r-alice" }), "r-alice granted (before: never, the client reconnecting for ever)");
+    assert.equal(rc.state, "connected");
+    assert.match(me.id, /^[0-9a-f]{24}$/);
+    const error = await errors.find((e) => e.message.includes("presence/bad id!/"), "the refused topic reported");
+    assert.equal(error.code, "bad_request");
+    await seen.find((r) => r.user === "r-bob", "r-bob's record all the same");
+    await as("r-bob").online({ user: "r-bob", status: "busy" });
+    await seen.find((r) => r.user === "r-bob" && r.status === "busy", "r-bob's change: subscribed");
+  });
+
+  test("rc.group() answers every page of a group larger than one reply; the store tells once per read (review)", async () => {
+    const members = Array.from({ length: 700 }, (_, i) => `p${String(i).padStart(4, "0")}`);
+    const operator = broker.client();
+    const defined = await operator.group("big", { members });
+    assert.equal(Object.keys(defined.members).length, 700, "before: the first page only (about 600)");
+    assert.equal(defined.next, undefined);
+    const viewer = as("big-viewer");
+    const changes = [];
+    viewer.store.subscribe((change) => changes.push(change));
+    const seen = new Recorder();
+    viewer.followGroup("big", seen.fn);
+    await seen.find((g) => g.members && Object.keys(g.members).length === 700, "the whole group read");
+    const reads = changes.filter((c) => c.users.length > 0);
+    assert.equal(reads.length, 1, `one notification for the 700 members (${changes.length} in all)`);
   });
 
   test("query answers records, unknown users with seq 0", async () => {

@@ -31,6 +31,8 @@ async function main(): Promise<void> {
   const view: GroupView | undefined = rc.store.group("team-7");
   const unsubscribe = rc.store.subscribe(() => console.log(rc.store.get("bob")?.status, view?.online, records.length, flag));
   unsubscribe();
+  const stopStore = rc.store.subscribe(({ users, groups }) => console.log(users.includes("bob"), groups.length));
+  stopStore();
   stopGroup();
   try {
     await rc.group("team-7", { add: ["dave"] });
@@ -39,6 +41,16 @@ async function main(): Promise<void> {
   }
   rc.reconnectNow();
   await rc.close();
+
+  // The platform's own WebSocket is a WebSocket constructor for the client (it did not compile before).
+  const withDom = new RollCall("ws://127.0.0.1:7733/v1/ws", { token: "t", WebSocket: WebSocket });
+  const whole = await withDom.group("team-7");
+  const pages: number = Object.keys(whole.members).length;
+  void pages;
+  // @ts-expect-error a status the broker does not know
+  void me.setStatus("dnd");
+  // @ts-expect-error follow takes user ids and a callback of records
+  withDom.follow(["bob"], (record: { group: string }) => record);
 }
 
 void main;

@@ -88,6 +88,6 @@ test("the store notifies subscribers and replaces records rather than changing t
   assert.equal(first.status, "online");
   stop();
   store.setRecord(rec("a", "busy", 3));
-  assert.deepEqual(seen, [{ user: "a" }, { user: "a" }]);
+  assert.deepEqual(seen, [{ users: ["a"], groups: [] }, { users: ["a"], groups: [] }]);
   assert.equal(store.version, 3);
 });
