@@ -146,10 +146,10 @@ extension Request {
         }
     }
 
-    /// Whether the request names a session: `heartbeat`, `status`, `bye`.
-    var namesSession: Bool {
+    /// Whether the request renews a session it names: `heartbeat`, `status`.
+    var renewsSession: Bool {
         switch self {
-        case .heartbeat, .status, .bye: true
+        case .heartbeat, .status: true
         default: false
         }
     }

@@ -142,10 +142,12 @@ extension EventLoop {
 
     func execute(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
         let now = clock.now()
-        // A node cut off from the cluster (etcd unanswered for two thirds of its lease) acknowledges nothing on its
-        // sessions: its lease may run out before etcd hears of the change, and the client must fail over rather than
-        // believe a change that no other node will ever see (docs/cluster.md, "Honest under partition").
-        if request.namesSession, let refusal = clusterRefusal { return .failure(refusal) }
+        // A node cut off from the cluster (etcd unanswered for two thirds of its lease) acknowledges no renewal and no
+        // change on its sessions: its lease may run out before etcd hears of it, and the client must fail over rather
+        // than believe a change that no other node will ever see (docs/cluster.md, "Honest under partition"). A `bye`
+        // is still taken: an end is true whatever happens to the lease, and a bye refused now would let the session
+        // come back when the node joins again.
+        if request.renewsSession, let refusal = clusterRefusal { return .failure(refusal) }
         switch request {
         case .hello(let hello):
             if let refusal = clusterRefusal { return .failure(refusal) }
