@@ -121,6 +121,11 @@ public struct WatchMachine: Sendable {
     private var liveness = Liveness()
     private var resync: (pending: Bool, due: Int64, spacing: Int64) = (false, 0, 1_000)
     private var backoff: Backoff
+    /// The broker went silent on a connection and no heartbeat has come since: a connection's end counts as a
+    /// failure (the backoff), and only a heartbeat starts the backoff over.
+    private var silent = false
+    /// The app asked for a fresh connection (``reconnectNow(now:)``): the end of this one is followed at once.
+    private var reconnectAtOnce = false
 
     /// A watcher at `now`. With ``Configuration/managesConnection`` it starts by connecting; `seed` makes the
     /// backoff's jitter repeatable in tests.
@@ -169,6 +174,8 @@ public struct WatchMachine: Sendable {
             state = .connecting(attempt: attempt + 1)
             return [.connect]
         case .connected where configuration.managesConnection && liveness.lost:
+            // Closed by the app's wish, not by a new silence: the next connection is made at once.
+            reconnectAtOnce = true
             return [.closeConnection]
         default:
             return []
@@ -188,25 +195,29 @@ public struct WatchMachine: Sendable {
         return topics.isEmpty ? [] : [.subscribe(topics)]
     }
 
-    /// Something came on the connection (a reply, an update): it works, so the backoff starts over.
+    /// Something came on the connection (a reply, an update): it works. The backoff starts over too, unless the
+    /// broker's heartbeat is what failed last time: then only a heartbeat starts it over, so that a broker too busy
+    /// to publish is not met with a reconnection from every phone every three intervals.
     public mutating func answered() {
         guard case .connected(false) = state else { return }
         state = .connected(answered: true)
-        backoff.reset()
+        if !silent { backoff.reset() }
     }
 
     /// The connection ended, or could not be made. Connects again at once if it had worked, else after the backoff.
     public mutating func disconnected(now: Int64) -> [Action] {
+        let atOnce = reconnectAtOnce
+        reconnectAtOnce = false
         switch state {
         case .closed: return []
-        case .connected(answered: true):
+        case .connected(answered: true) where !silent || atOnce:
             state = .connecting(attempt: 1)
             return [.connect]
         case .connecting(let attempt), .waiting(_, let attempt):
             let wait = backoff.next()
             state = .waiting(until: now + wait, attempt: attempt)
             return [.reconnectAfter(wait)]
-        case .connected(answered: false):
+        case .connected:
             let wait = backoff.next()
             state = .waiting(until: now + wait, attempt: 1)
             return [.reconnectAfter(wait)]
@@ -242,7 +253,9 @@ public struct WatchMachine: Sendable {
 
     /// A heartbeat arrived on `broker/`.
     public mutating func heartbeat(_ heartbeat: BrokerHeartbeat, now: Int64) -> [Action] {
+        silent = false
         answered()
+        backoff.reset()
         awaiting[.broker] = nil
         guard let change = liveness.received(heartbeat, now: now) else {
             // A heartbeat with no news: drops have stopped, so the next resync may come soon again.
@@ -279,12 +292,15 @@ public struct WatchMachine: Sendable {
             if !late.isEmpty { actions.append(.resubscribe(late)) }
         }
         actions += dueResync(now: now)
-        if let silent = silentAt, now >= silent {
+        if let silentAt, now >= silentAt {
             if !liveness.lost { actions.append(.broker(.lost)) }
             liveness.silenced(now: now)
             // On a WebSocket the silence may be a link that died without a FIN: a fresh connection finds out, and
             // every further silence of that length tries another.
-            if configuration.managesConnection { actions.append(.closeConnection) }
+            if configuration.managesConnection {
+                self.silent = true
+                actions.append(.closeConnection)
+            }
         }
         return actions
     }

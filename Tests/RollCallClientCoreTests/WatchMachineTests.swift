@@ -174,6 +174,28 @@ struct WatchMachineTests {
         #expect((800...1_200).contains(again))
     }
 
+    /// A connection closed because the broker went silent on it is made again after the backoff, not at once, and
+    /// only a heartbeat starts the backoff over: a broker too busy to publish is not stormed by reconnections.
+    @Test func silenceReconnectsWithTheBackoff() {
+        var m = connected()
+        _ = m.heartbeat(Sent.heartbeat(), now: 0)
+        #expect(m.tick(now: 3_000).contains(.closeConnection))
+        guard case .reconnectAfter(let first) = m.disconnected(now: 3_001).first else {
+            Issue.record("reconnected at once after a silence")
+            return
+        }
+        #expect((800...1_200).contains(first))
+        _ = m.tick(now: 3_001 + first)
+        _ = m.connected(now: 4_500)
+        m.answered()
+        #expect(m.tick(now: 7_500).contains(.closeConnection))
+        guard case .reconnectAfter(let second) = m.disconnected(now: 7_501).first else {
+            Issue.record("reconnected at once after a second silence")
+            return
+        }
+        #expect((1_600...2_400).contains(second))
+    }
+
     /// `reconnectNow` cuts the backoff's wait, and closes an open connection on which the broker went silent.
     @Test func reconnectNowCutsTheWait() {
         var m = connected()
