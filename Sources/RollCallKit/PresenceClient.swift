@@ -134,6 +134,10 @@ public final class PresenceClient {
         stateStreams.stream(buffering: 16, startingWith: connectionState)
     }
 
+    /// Whether the app's last status change still waits for the broker's answer (after which a held change is
+    /// held by the broker, and so happens even if the app is suspended).
+    public var statusPending: Bool { session?.statusPending ?? false }
+
     /// The connection state now.
     public var connectionState: ConnectionState {
         ConnectionState(session: store.session, watching: store.watching, brokerLost: store.brokerLost)

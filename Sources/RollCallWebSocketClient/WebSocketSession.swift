@@ -118,6 +118,9 @@ public final class WebSocketSession: Sendable {
 
     public var state: State { machine.withLockedValue { $0.phase } }
 
+    /// Whether a status change waits for the broker's answer.
+    public var statusPending: Bool { machine.withLockedValue { $0.statusPending } }
+
     /// The last failure a call met, if any: a refusal, or why the broker did not answer.
     public var lastError: SessionMachine.Failure? { machine.withLockedValue { $0.lastError } }
 

@@ -9,7 +9,7 @@ import RollCallKit
 //
 // It prints the list each time the store changes (through Observation, as SwiftUI would redraw it), and reads
 // commands on stdin: `bg` (enterBackground, 5 s), `fg` (enterForeground), `net` (reconnectNow: the network is
-// back), `status STATUS [TEXT]`, `quit`.
+// back), `status STATUS [TEXT]`, `quit`. With stdin at its end it runs until it is stopped.
 
 /// The command line.
 struct Options: Sendable {
@@ -62,6 +62,7 @@ func run(_ options: Options) async {
             continuation.finish()
         }.start()
     }
+    var quit = false
     loop: for await line in commands {
         let words = line.split(separator: " ").map(String.init)
         switch words.first {
@@ -71,10 +72,14 @@ func run(_ options: Options) async {
         case "status":
             guard words.count > 1, let status = Status(rawValue: words[1]) else { continue }
             client.setStatus(status, text: words.count > 2 ? words[2...].joined(separator: " ") : nil)
-        case "quit": break loop
+        case "quit":
+            quit = true
+            break loop
         default: continue
         }
     }
+    // Without a terminal (stdin at its end) the list stays on screen until the process is stopped.
+    while !quit { try? await Task.sleep(for: .seconds(3_600)) }
     await client.close()
 }
 
