@@ -36,21 +36,28 @@ public struct WatchMachine: Sendable {
         public var countsSubscriptions: Bool
         /// Always subscribe to `broker/`, for liveness (an app's watcher); `false`: only when followed.
         public var followsBroker: Bool
+        /// A group message's `changed` records that the seq rule drops are taken out of it (an app's store applies
+        /// what it is handed); `false`: the message is handed whole (observers that want the batch as sent).
+        public var filtersGroupRecords: Bool
 
         /// A WebSocket watcher: the machine manages the connection and always follows `broker/`.
         public static let webSocket = Configuration(
-            managesConnection: true, resubscribesUnanswered: false, countsSubscriptions: false, followsBroker: true)
+            managesConnection: true, resubscribesUnanswered: false, countsSubscriptions: false, followsBroker: true,
+            filtersGroupRecords: true)
         /// A ZeroMQ SUB: libzmq reconnects and counts subscriptions, and a subscription may be lost with CURVE.
         public static let zeroMQ = Configuration(
-            managesConnection: false, resubscribesUnanswered: true, countsSubscriptions: true, followsBroker: false)
+            managesConnection: false, resubscribesUnanswered: true, countsSubscriptions: true, followsBroker: false,
+            filtersGroupRecords: false)
 
         public init(
-            managesConnection: Bool, resubscribesUnanswered: Bool, countsSubscriptions: Bool, followsBroker: Bool
+            managesConnection: Bool, resubscribesUnanswered: Bool, countsSubscriptions: Bool, followsBroker: Bool,
+            filtersGroupRecords: Bool
         ) {
             self.managesConnection = managesConnection
             self.resubscribesUnanswered = resubscribesUnanswered
             self.countsSubscriptions = countsSubscriptions
             self.followsBroker = followsBroker
+            self.filtersGroupRecords = filtersGroupRecords
         }
     }
 
@@ -247,7 +254,8 @@ public struct WatchMachine: Sendable {
         if let kept, update.seq < kept || (update.seq == kept && !current) { return [] }
         groupSeqs[update.group] = update.seq
         var update = update
-        update.changed = update.changed.filter { accept($0, current: false) }
+        let passed = update.changed.filter { accept($0, current: false) }
+        if configuration.filtersGroupRecords { update.changed = passed }
         return [.deliverGroup(update)]
     }
 
@@ -256,7 +264,6 @@ public struct WatchMachine: Sendable {
         silent = false
         answered()
         backoff.reset()
-        awaiting[.broker] = nil
         guard let change = liveness.received(heartbeat, now: now) else {
             // A heartbeat with no news: drops have stopped, so the next resync may come soon again.
             resync.spacing = 1_000
@@ -339,8 +346,8 @@ public struct WatchMachine: Sendable {
 
     private mutating func expect(_ topic: Topic, now: Int64) {
         switch topic {
-        case .presence, .group, .broker: awaiting[topic] = (now + 1_000, 1_000)
-        case .allPresence: break
+        case .presence, .group: awaiting[topic] = (now + 1_000, 1_000)
+        case .allPresence, .broker: break  // no current value, or one every heartbeat anyway
         }
     }
 

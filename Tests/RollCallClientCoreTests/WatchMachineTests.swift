@@ -237,6 +237,18 @@ struct WatchMachineTests {
         #expect(m.userSeqs[Sent.carol] == 4)
     }
 
+    /// A ZeroMQ watcher hands a group message whole (its observers want the batch as sent) but still learns its
+    /// records' seqs, so that an older record of the same user is dropped afterwards.
+    @Test func zeroMQHandsGroupMessagesWhole() {
+        var m = WatchMachine(configuration: .zeroMQ, now: 0, seed: 7)
+        _ = m.follow(.group(Sent.team), now: 0)
+        _ = m.follow(.presence(Sent.bob), now: 0)
+        _ = m.record(Sent.record(seq: 20), now: 1)
+        let update = Sent.group(seq: 6, changed: [Sent.record(seq: 20), Sent.record(Sent.carol, seq: 4)])
+        #expect(m.group(update, now: 2) == [.deliverGroup(update)])
+        #expect(m.userSeqs[Sent.carol] == 4)
+    }
+
     /// A closed watcher connects no more.
     @Test func closedStaysClosed() {
         var m = WatchMachine(configuration: .webSocket, now: 0, seed: 7)
