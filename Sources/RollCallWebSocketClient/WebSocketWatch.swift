@@ -160,7 +160,11 @@ public final class WebSocketWatch: Sendable {
                 case .closeConnection: disconnect()
                 case .reconnectAfter: break  // told with the disconnection
                 case .subscribe(let topics), .resubscribe(let topics):
-                    send(Self.request("subscribe", topics))
+                    // In requests of 100 topics: a connection that follows many users does not send one frame
+                    // larger than the broker's --max-message-bytes.
+                    for start in stride(from: 0, to: topics.count, by: 100) {
+                        send(Self.request("subscribe", Array(topics[start..<min(start + 100, topics.count)])))
+                    }
                 case .unsubscribe(let topics): send(Self.request("unsubscribe", topics))
                 case .query(let users): query(users)
                 case .deliver(let record): onEvent(.record(record))
