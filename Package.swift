@@ -168,7 +168,10 @@ let package = Package(
         // The benchmarks' own executable, so that the broker's binary does not carry them.
         .executableTarget(
             name: "rollcall-bench",
-            dependencies: ["RollCallBench", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: [
+                "RollCallBench", "RollCallClient", "RollCallKit", "RollCallTestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
