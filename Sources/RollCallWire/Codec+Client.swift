@@ -2,9 +2,8 @@ import RollCallCore
 
 /// The client's side of the codec: encoding requests, reading replies and records.
 extension Codec {
-    /// Encodes a request with an optional `id`. `afterMilliseconds`, for a `status` only: the broker holds the change
-    /// that long and publishes it only if the session says nothing else about its status meanwhile (`after_ms`).
-    public static func encodeRequest(_ request: Request, id: JSON? = nil, afterMilliseconds: Int64? = nil) -> [UInt8] {
+    /// Encodes a request with an optional `id`.
+    public static func encodeRequest(_ request: Request, id: JSON? = nil) -> [UInt8] {
         var writer = JSONWriter()
         writer.beginObject()
         writer.key("op")
@@ -46,10 +45,6 @@ extension Codec {
             if let text {
                 writer.key("text")
                 writer.string(text)
-            }
-            if let afterMilliseconds {
-                writer.key("after_ms")
-                writer.integer(afterMilliseconds)
             }
         case .query(let users):
             writer.key("users")
