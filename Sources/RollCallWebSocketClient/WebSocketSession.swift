@@ -259,9 +259,7 @@ final class WebSocketLink {
         }
         nextID += 1
         let id = JSON.number(String(nextID))
-        current.outgoing.yield(
-            String(
-                decoding: Codec.encodeRequest(request, id: id, afterMilliseconds: afterMilliseconds), as: UTF8.self))
+        current.outgoing.yield(String(decoding: Self.encode(request, id: id, afterMilliseconds), as: UTF8.self))
         let deadline = now + Int64(timeoutMilliseconds)
         while true {
             switch await next(until: deadline) {
@@ -286,6 +284,19 @@ final class WebSocketLink {
                 continue
             }
         }
+    }
+
+    /// The request's JSON, with `after_ms` added to a held status change. Added here rather than by the shared codec,
+    /// whose `Request` is the broker's too: once `Request.status` carries the hold itself (the broker's `after_ms`
+    /// change), the session machine can put it there and this goes.
+    static func encode(_ request: Request, id: JSON, _ afterMilliseconds: Int64?) -> [UInt8] {
+        var bytes = Codec.encodeRequest(request, id: id)
+        guard case .status = request, let afterMilliseconds, bytes.last == UInt8(ascii: "}"),
+            !bytes.contains(Array("\"after_ms\"".utf8))
+        else { return bytes }
+        bytes.removeLast()
+        bytes += Array(",\"after_ms\":\(afterMilliseconds)}".utf8)
+        return bytes
     }
 
     /// Waits until `until` (monotonic milliseconds), a wake-up, or the end of the current connection.

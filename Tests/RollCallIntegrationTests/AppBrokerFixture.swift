@@ -25,8 +25,10 @@ final class AppBroker {
     }
 
     private static func start(port: Int, _ arguments: [String]) throws -> (ChildProcess, String, String, String) {
+        // ROLLCALL_BIN picks another broker build (as rollcall-bench's does): the SDK against a newer broker.
+        let executable = ProcessInfo.processInfo.environment["ROLLCALL_BIN"].flatMap { $0.isEmpty ? nil : $0 }
         let child = try ChildProcess(
-            ChildProcess.rollcall,
+            executable ?? ChildProcess.rollcall,
             [
                 "serve", "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint", "tcp://127.0.0.1:*",
                 "--ws-endpoint", "127.0.0.1:\(port)", "--print-endpoints",
