@@ -119,6 +119,8 @@ public final class WebSocketWatch: Sendable {
                     machine.close()
                     timer?.cancel()
                     disconnect()
+                    // Nothing reads the inputs any more: what the closing connection still says is dropped.
+                    inputs.finish()
                     return
                 case .opened(let from) where from == connection?.generation:
                     onEvent(.connected)
