@@ -81,9 +81,11 @@ public final class PresenceStore {
         for group in groups.keys { groups[group]?.stale = true }
     }
 
+    /// Keeps the offset to within a second: a change of a few milliseconds at every heartbeat would redraw every
+    /// view that shows "last seen" once a second for nothing.
     func setClockOffset(brokerTime: Int64, deviceTime: Int64) {
         let offset = brokerTime - deviceTime
-        if brokerClockOffset != offset { brokerClockOffset = offset }
+        if abs(brokerClockOffset - offset) > 1_000 { brokerClockOffset = offset }
     }
 
     /// The records to keep in the cache file.

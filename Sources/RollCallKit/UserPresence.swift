@@ -2,6 +2,7 @@ import RollCallCore
 
 /// What the store knows of one user, as a view shows it: a dot, a status line, "last seen 5 min ago".
 public struct UserPresence: Sendable, Equatable {
+    /// Whose presence this is.
     public var user: UserID
     /// The effective status; `offline` for a user the store knows nothing of.
     public var status: Status
@@ -24,6 +25,7 @@ public struct UserPresence: Sendable, Equatable {
         UserPresence(user: user, status: .offline, seq: 0, stale: true, known: false)
     }
 
+    /// A presence as given (for previews and tests).
     public init(
         user: UserID, status: Status, text: String? = nil, lastSeen: Int64? = nil, since: Int64? = nil,
         seq: UInt64, stale: Bool, known: Bool
@@ -50,6 +52,7 @@ public struct UserPresence: Sendable, Equatable {
 
 /// What the store knows of one group: the header "3 of 5 online".
 public struct GroupPresence: Sendable, Equatable {
+    /// Which group this is.
     public var group: GroupID
     /// Members whose status is not `offline`.
     public var online: Int
@@ -67,6 +70,7 @@ public struct GroupPresence: Sendable, Equatable {
         GroupPresence(group: group, online: 0, total: 0, counts: StatusCounts(), deleted: false, stale: true)
     }
 
+    /// A group's presence as given (for previews and tests).
     public init(group: GroupID, online: Int, total: Int, counts: StatusCounts, deleted: Bool, stale: Bool) {
         self.group = group
         self.online = online

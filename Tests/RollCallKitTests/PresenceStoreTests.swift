@@ -56,6 +56,18 @@ struct PresenceStoreTests {
         #expect(store.lastSeenAgo(bob, now: 700_000) == 300_000)
     }
 
+    /// The broker's clock offset moves only when it is off by more than a second, so that views showing "last seen"
+    /// are not redrawn at every heartbeat.
+    @Test func clockOffsetIgnoresJitter() {
+        let store = PresenceStore()
+        store.setClockOffset(brokerTime: 10_000, deviceTime: 5_000)
+        #expect(store.brokerClockOffset == 5_000)
+        store.setClockOffset(brokerTime: 11_000, deviceTime: 5_990)
+        #expect(store.brokerClockOffset == 5_000)
+        store.setClockOffset(brokerTime: 20_000, deviceTime: 5_000)
+        #expect(store.brokerClockOffset == 15_000)
+    }
+
     /// The cache file keeps the records across launches, and a store made from it shows them stale.
     @Test func cacheRoundTrip() throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-cache-\(UUID()).jsonl")
