@@ -49,6 +49,7 @@ public struct WatchMachine: Sendable {
             managesConnection: false, resubscribesUnanswered: true, countsSubscriptions: true, followsBroker: false,
             filtersGroupRecords: false)
 
+        /// A configuration of each rule; ``webSocket`` and ``zeroMQ`` are the two transports'.
         public init(
             managesConnection: Bool, resubscribesUnanswered: Bool, countsSubscriptions: Bool, followsBroker: Bool,
             filtersGroupRecords: Bool
@@ -115,7 +116,9 @@ public struct WatchMachine: Sendable {
     /// Heartbeat intervals of silence after which the broker counts as lost (docs/protocol.md §8.9).
     public static let silenceIntervals: Int64 = 3
 
+    /// How the transport behaves.
     public let configuration: Configuration
+    /// Where the connection stands.
     public private(set) var state: State
     /// How many times each topic is followed.
     public private(set) var followed: [Topic: Int] = [:]
