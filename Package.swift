@@ -3,12 +3,16 @@ import PackageDescription
 
 let package = Package(
     name: "rollcall",
-    platforms: [.macOS(.v15)],
+    // macOS 15 for the broker (Synchronization); iOS, tvOS and watchOS for the app SDK (RollCallKit): Observation and
+    // hummingbird-websocket's client both need iOS 17 / tvOS 17 / watchOS 10 (docs/swift-sdk.md, Platforms).
+    platforms: [.macOS(.v15), .iOS(.v17), .tvOS(.v17), .watchOS(.v10)],
     products: [
         .executable(name: "rollcall", targets: ["rollcall"]),
         .executable(name: "rollcall-bench", targets: ["rollcall-bench"]),
         .library(name: "RollCallClient", targets: ["RollCallClient"]),
         .library(name: "RollCallWebSocketClient", targets: ["RollCallWebSocketClient"]),
+        // The app SDK (docs/swift-sdk.md): what an iOS app imports. No libzmq.
+        .library(name: "RollCallKit", targets: ["RollCallKit"]),
         .library(name: "RollCallBroker", targets: ["RollCallBroker"]),
         .library(name: "RollCallTestKit", targets: ["RollCallTestKit"]),
     ],
@@ -84,8 +88,17 @@ let package = Package(
                 "RollCallClientCore", "RollCallCore", "RollCallWire",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
+                // A lock Apple's platforms have before iOS 18 (Synchronization.Mutex is iOS 18+).
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
+        // The app SDK: a presence session, follow and unfollow on the live connection, an @Observable store, streams.
+        .target(
+            name: "RollCallKit",
+            dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWebSocketClient", "RollCallWire"]
+        ),
+        // The SDK's example: a conversation list with dots, built on Linux, not shipped in `rollcall`.
+        .executableTarget(name: "rollcall-example-contacts", dependencies: ["RollCallKit"]),
         // The client library the CLI and the tests use.
         .target(
             name: "RollCallClient",
@@ -172,7 +185,10 @@ let package = Package(
         // The benchmarks' own executable, so that the broker's binary does not carry them.
         .executableTarget(
             name: "rollcall-bench",
-            dependencies: ["RollCallBench", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: [
+                "RollCallBench", "RollCallClient", "RollCallKit", "RollCallTestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "RollCallCoreTests", dependencies: ["RollCallCore"]),
@@ -196,12 +212,14 @@ let package = Package(
         .testTarget(name: "RollCallClusterTests", dependencies: ["RollCallCluster", "RollCallTestSupport"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
+        .testTarget(name: "RollCallKitTests", dependencies: ["RollCallKit", "RollCallCore"]),
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
                 "RollCallSecurity", "RollCallServer", "RollCallStore", "RollCallTestSupport",
-                "RollCallTestKit", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ", "rollcall", "rollcall-bench",
+                "RollCallTestKit", "RollCallKit", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ", "rollcall",
+                "rollcall-bench", "rollcall-example-contacts",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),

@@ -1,4 +1,5 @@
 import Foundation
+import RollCallClientCore
 import RollCallCore
 import RollCallWire
 import Synchronization
@@ -15,6 +16,10 @@ import ZeroMQ
 /// current records and aggregates, and, given a command endpoint, `query`s every user it has passed a record of
 /// and passes on the answers that are newer than what it passed before. Resynchronisations are 1 s apart at least,
 /// doubling up to 30 s while the broker keeps reporting drops.
+///
+/// Records and group messages pass the seq rule first (docs/protocol.md §9.4, §8.8): duplicates and older records are
+/// dropped, the current value an observer's own subscription brings is not. Every rule here is ``WatchMachine``'s,
+/// shared with the WebSocket clients; this type owns the sockets and the observers.
 public final class PresenceWatcher: Sendable {
     /// What an observer is handed.
     public enum Event: Sendable {
@@ -158,32 +163,17 @@ public final class PresenceWatcher: Sendable {
         defer { finished.signal() }
         var poller = Poller([socket, wake, handshakes.monitor])
         var refusalReported = false  // a refused handshake is reported once, until one succeeds
-        var broker = BrokerTracker()
-        var seen: [UserID: UInt64] = [:]  // the latest seq passed on, per user
-        var resync = false
-        // Resynchronisations are spaced: 1 s apart, doubling up to 30 s while the broker keeps reporting drops (a
-        // subscriber that stays full raises `dropped` at every heartbeat, and every watcher's queries cost the
-        // broker), back to 1 s after a heartbeat that reports none.
-        var nextResync = ContinuousClock.now
-        var resyncSpacing = Duration.seconds(1)
-        // Topics subscribed whose current state has not arrived yet. A broker with CURVE may drop a subscription
-        // it reads at a bad moment (protocol §16.3): one that brings nothing within a second is made again, then
-        // after 2, 4 … up to 30 s.
-        var awaiting: [String: (due: ContinuousClock.Instant, spacing: Duration)] = [:]
+        // Every rule (the seq rule, liveness, spaced resyncs, re-subscribing what brought nothing) is the watch
+        // machine's, shared with the WebSocket watcher; this loop owns the sockets and carries out its actions.
+        let start = ContinuousClock.now
+        let clock = {
+            let elapsed = ContinuousClock.now - start
+            return elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        }
+        var machine = WatchMachine(configuration: .zeroMQ, now: clock())
         while true {
-            var timeout = broker.timeout
-            if let due = awaiting.values.map(\.due).min() {
-                let left = ContinuousClock.now.duration(to: due)
-                let wait = max(
-                    0, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
-                timeout = timeout < 0 ? wait : min(timeout, wait)
-            }
-            if resync {
-                let left = ContinuousClock.now.duration(to: nextResync)
-                let wait = max(
-                    0, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
-                timeout = timeout < 0 ? wait : min(timeout, wait)
-            }
+            // The poll waits for the machine's next deadline (rounded up, so that the tick finds it due).
+            let timeout = machine.nextDeadline.map { max(0, Int($0 - clock()) + 1) } ?? -1
             do {
                 _ = try poller.poll(timeout: timeout)
                 try wake.drain()
@@ -203,94 +193,82 @@ public final class PresenceWatcher: Sendable {
             }
             if stopping { return }
             for (topic, subscribe) in changes {
-                switch topic {
-                case .presence, .group: awaiting[topic.text] = subscribe ? (.now + .seconds(1), .seconds(1)) : nil
-                case .allPresence, .broker: break
-                }
-                do {
-                    try socket.set(subscribe ? .subscribe(topic.bytes) : .unsubscribe(topic.bytes))
-                } catch {
-                    let what = subscribe ? "subscribing to" : "unsubscribing from"
-                    dispatch(.broker(.failed("\(what) \(topic.text) failed: \(error)")), topic: Topic.broker.text)
-                }
+                perform(subscribe ? machine.follow(topic, now: clock()) : machine.unfollow(topic), socket, &machine)
             }
             while let frames = receive(socket) {
                 guard frames.count == 2 else { continue }
                 let topic = String(decoding: frames[0].bytes, as: UTF8.self)
-                if !awaiting.isEmpty { awaiting[topic] = nil }
                 if topic == Topic.broker.text {
                     guard let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1].bytes) else { continue }
-                    guard let change = broker.received(heartbeat) else {
-                        resyncSpacing = .seconds(1)
-                        continue
-                    }
-                    switch change {
-                    case .recovered, .fellBehind: resync = true
-                    case .restarted:
-                        seen = seen.mapValues { _ in 0 }  // seqs of the old run mean nothing now
-                        resync = true
-                    case .connected, .lost, .failed: break
-                    }
-                    dispatch(.broker(change), topic: topic)
+                    perform(machine.heartbeat(heartbeat, now: clock()), socket, &machine)
                 } else if topic.hasPrefix(Topic.groupPrefix) {
                     guard let update = try? Codec.decodeGroupUpdate(frames[1].bytes) else { continue }
-                    dispatch(.group(update), topic: topic)
+                    perform(machine.group(update, now: clock()), socket, &machine)
                 } else if let record = try? Codec.decodeRecord(frames[1].bytes) {
-                    seen[record.user] = max(seen[record.user] ?? 0, record.seq)
-                    dispatch(.presence(record), topic: topic)
-                    dispatch(.presence(record), topic: Topic.allPresence.text)
+                    perform(machine.record(record, now: clock()), socket, &machine)
                 }
             }
-            let now = ContinuousClock.now
-            for (topic, wait) in awaiting where now >= wait.due {
-                // Subscribing again sends the subscription to the broker (libzmq's SUB sends every one); taking the
-                // extra one back at once leaves the count of this topic's subscriptions as it was.
-                let bytes = Array(topic.utf8)
-                try? socket.set(.subscribe(bytes))
-                try? socket.set(.unsubscribe(bytes))
-                let spacing = min(wait.spacing * 2, .seconds(30))
-                awaiting[topic] = (now + spacing, spacing)
-            }
-            if resync, ContinuousClock.now >= nextResync {
-                resync = false
-                nextResync = .now + resyncSpacing
-                resyncSpacing = min(resyncSpacing * 2, .seconds(30))
-                resynchronise(socket: socket, seen: &seen)
-            }
             // Silence counts only once everything that arrived was read: a slow observer is not a lost broker.
-            if let change = broker.checkSilence() { dispatch(.broker(change), topic: Topic.broker.text) }
+            perform(machine.tick(now: clock()), socket, &machine)
         }
     }
 
-    /// Asks again for the current state of what this watcher follows (see the type's documentation).
-    private func resynchronise(socket: Socket, seen: inout [UserID: UInt64]) {
-        let topics = observers.withLock { Array($0.byTopic.keys) }
-        for topic in topics where topic != Topic.allPresence.text && topic != Topic.broker.text {
-            // Subscribing again makes the broker send the current state; taking the extra subscription back at
-            // once leaves libzmq's count of this topic's subscriptions as it was.
-            let bytes = Array(topic.utf8)
-            do {
-                try socket.set(.subscribe(bytes))
-                try socket.set(.unsubscribe(bytes))
-            } catch {
-                dispatch(.broker(.failed("resubscribing to \(topic) failed: \(error)")), topic: Topic.broker.text)
-            }
-        }
-        guard let commandEndpoint, !seen.isEmpty,
-            let client = try? CommandClient(
-                endpoint: commandEndpoint, timeoutMilliseconds: 3_000, credentials: credentials)
-        else { return }
-        let users = Array(seen.keys)
-        for start in stride(from: 0, to: users.count, by: 1_000) {
-            guard let answers = try? client.query(Array(users[start..<min(start + 1_000, users.count)])) else {
-                return
-            }
-            for record in answers.values where record.seq > seen[record.user] ?? 0 {
-                seen[record.user] = record.seq
+    /// Carries out the machine's actions on the SUB socket and the observers.
+    private func perform(_ actions: [WatchMachine.Action], _ socket: Socket, _ machine: inout WatchMachine) {
+        for action in actions {
+            switch action {
+            case .subscribe(let topics), .unsubscribe(let topics):
+                let subscribe = if case .subscribe = action { true } else { false }
+                for topic in topics {
+                    do {
+                        try socket.set(subscribe ? .subscribe(topic.bytes) : .unsubscribe(topic.bytes))
+                    } catch {
+                        let what = subscribe ? "subscribing to" : "unsubscribing from"
+                        dispatch(.broker(.failed("\(what) \(topic.text) failed: \(error)")), topic: Topic.broker.text)
+                    }
+                }
+            case .resubscribe(let topics):
+                for topic in topics {
+                    // Subscribing again sends the subscription to the broker (libzmq's SUB sends every one), which
+                    // brings the current state; taking the extra one back at once leaves libzmq's count as it was.
+                    do {
+                        try socket.set(.subscribe(topic.bytes))
+                        try socket.set(.unsubscribe(topic.bytes))
+                    } catch {
+                        dispatch(
+                            .broker(.failed("resubscribing to \(topic.text) failed: \(error)")),
+                            topic: Topic.broker.text)
+                    }
+                }
+            case .query(let users):
+                perform(machine.queried(query(users), now: 0), socket, &machine)
+            case .deliver(let record):
                 dispatch(.presence(record), topic: Topic.presence(record.user).text)
                 dispatch(.presence(record), topic: Topic.allPresence.text)
+            case .deliverGroup(let update):
+                dispatch(.group(update), topic: Topic.group(update.group).text)
+            case .broker(let change):
+                dispatch(.broker(BrokerEvent(change)), topic: Topic.broker.text)
+            case .connect, .closeConnection, .reconnectAfter:
+                break  // libzmq makes and remakes the connection by itself
             }
         }
+    }
+
+    /// The current records of `users`, from the command endpoint if there is one (none otherwise).
+    private func query(_ users: [UserID]) -> [PresenceRecord] {
+        guard let commandEndpoint,
+            let client = try? CommandClient(
+                endpoint: commandEndpoint, timeoutMilliseconds: 3_000, credentials: credentials)
+        else { return [] }
+        var records: [PresenceRecord] = []
+        for start in stride(from: 0, to: users.count, by: 1_000) {
+            guard let answers = try? client.query(Array(users[start..<min(start + 1_000, users.count)])) else {
+                break
+            }
+            records += answers.values
+        }
+        return records
     }
 
     /// The next message waiting, or `nil` when none is (or reading failed: then broker observers are told).
@@ -309,41 +287,15 @@ public final class PresenceWatcher: Sendable {
     }
 }
 
-/// Follows the broker's heartbeat: the epoch, and how long since the last one.
-struct BrokerTracker {
-    private var epoch: String?
-    private var dropped: UInt64 = 0
-    private var lost = false
-    private var last = ContinuousClock.now
-    private var interval: Duration = .seconds(1)
-
-    /// How long the poll may wait before the broker counts as silent, in milliseconds.
-    var timeout: Int {
-        let left = ContinuousClock.now.duration(to: last + interval * 3)
-        return lost
-            ? -1
-            : max(0, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000) + 1)
-    }
-
-    mutating func received(_ heartbeat: BrokerHeartbeat) -> PresenceWatcher.BrokerEvent? {
-        last = .now
-        interval = .milliseconds(max(1, heartbeat.intervalMilliseconds))
-        let previousDropped = dropped
-        defer {
-            epoch = heartbeat.epoch
-            lost = false
-            dropped = heartbeat.dropped
+extension PresenceWatcher.BrokerEvent {
+    /// The watch machine's word for what the heartbeat says, in the watcher's terms.
+    init(_ event: WatchMachine.BrokerEvent) {
+        switch event {
+        case .connected(let epoch): self = .connected(epoch: epoch)
+        case .lost: self = .lost
+        case .recovered(let epoch): self = .recovered(epoch: epoch)
+        case .restarted(let epoch): self = .restarted(epoch: epoch)
+        case .fellBehind(let epoch): self = .fellBehind(epoch: epoch)
         }
-        guard let epoch else { return .connected(epoch: heartbeat.epoch) }
-        if epoch != heartbeat.epoch { return .restarted(epoch: heartbeat.epoch) }
-        if lost { return .recovered(epoch: epoch) }
-        return heartbeat.dropped > previousDropped ? .fellBehind(epoch: epoch) : nil
-    }
-
-    /// `.lost` once, when three intervals passed without a heartbeat.
-    mutating func checkSilence() -> PresenceWatcher.BrokerEvent? {
-        guard !lost, ContinuousClock.now >= last + interval * 3 else { return nil }
-        lost = true
-        return .lost
     }
 }

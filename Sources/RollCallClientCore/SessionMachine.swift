@@ -83,7 +83,18 @@ public struct SessionMachine: Sendable {
     public private(set) var lastError: Failure?
 
     private let firstHello: PresenceCore.Hello
-    private var desired: (status: Status, text: String?)
+    /// The status asked for last, and its `after_ms` when the application wants it held by the broker.
+    private var desired: (status: Status, text: String?, after: Int64?)
+    /// The last status asked for without `after_ms`: a hello made while a held change waits says this one, so that
+    /// the held change is not published at once by the hello.
+    private var settled: (status: Status, text: String?)
+    /// Whether a broker ever granted this session: a session started without network has not been.
+    public private(set) var everGranted = true
+    /// The application asked to retry at once (``reconnectNow(now:)``) while the session was live: the heartbeat
+    /// that probes the connection, if unanswered, moves to a fresh connection without waiting for the backoff.
+    private var probing = false
+    /// The `after_ms` of the status change under way, for the driver to encode with it (`nil` for any other call).
+    public private(set) var heldFor: Int64?
     /// Counts status changes, so that one made while a call is under way is not taken as sent.
     private var version = 0
     private var sentVersion = 0
@@ -115,16 +126,52 @@ public struct SessionMachine: Sendable {
         rotation = endpoints
         firstHello = hello
         self.granted = granted
-        desired = (hello.status, hello.text)
+        desired = (hello.status, hello.text, nil)
+        settled = (hello.status, hello.text)
         phase = .live(granted.session)
         due = idleHeartbeats ? now + granted.heartbeatMilliseconds : .max
         backoff = Backoff(seed: seed)
     }
 
-    /// The application wants this status and text; it goes out at once while the broker answers.
-    public mutating func setStatus(_ status: Status, text: String?) {
-        desired = (status, text)
+    /// A session that no broker has granted yet, made at `now` (an app started without network): its first action
+    /// is the hello, retried with the backoff until a broker answers. Until then ``phase`` is `.reconnecting` and
+    /// ``granted`` holds a placeholder; closing it sends nothing.
+    public init(
+        hello: PresenceCore.Hello, now: Int64, seed: UInt64 = .random(in: 1...UInt64.max),
+        idleHeartbeats: Bool = true, endpoints: EndpointRotation = EndpointRotation(count: 1)
+    ) {
+        self.init(
+            hello: hello,
+            granted: PresenceCore.Granted(session: SessionID(""), heartbeatMilliseconds: 1_000, ttlMilliseconds: 3_000),
+            now: now, seed: seed, idleHeartbeats: idleHeartbeats, endpoints: endpoints)
+        everGranted = false
+        needsHello = true
+        reachable = false
+        phase = .reconnecting(attempt: 0)
+        due = now
+    }
+
+    /// The application wants this status and text; it goes out at once while the broker answers. With
+    /// `afterMilliseconds` the broker holds the change and publishes it only if the session says nothing else about
+    /// its status within that time (`after_ms`, docs/protocol.md): an app going to the background.
+    public mutating func setStatus(_ status: Status, text: String?, afterMilliseconds: Int64? = nil) {
+        desired = (status, text, afterMilliseconds)
+        if afterMilliseconds == nil { settled = (status, text) }
         version += 1
+    }
+
+    /// The network is back, or the app came to the foreground: do not wait out the backoff. A session waiting to
+    /// retry tries at once (and the backoff starts over); a live one probes its connection with a heartbeat now,
+    /// and if that goes unanswered moves to a fresh connection at once.
+    public mutating func reconnectNow(now: Int64) {
+        guard phase != .closed else { return }
+        backoff.reset()
+        due = min(due, now)
+        if case .live = phase, reachable {
+            probing = true
+        } else {
+            reconnectFirst = true
+        }
     }
 
     /// The application closes the session.
@@ -161,10 +208,17 @@ public struct SessionMachine: Sendable {
         guard now >= due || (statusPending && reachable) else { return .sleep(until: due) }
         if needsHello {
             var hello = firstHello
-            (hello.status, hello.text) = desired
-            return send(.hello(hello), as: .hello(version: version))
+            guard desired.after != nil else {
+                (hello.status, hello.text) = (desired.status, desired.text)
+                return send(.hello(hello), as: .hello(version: version))
+            }
+            // A held change is not said by a hello, which would publish it at once: the hello says the settled
+            // status, and the held change follows as a status with its `after_ms`.
+            (hello.status, hello.text) = settled
+            return send(.hello(hello), as: .hello(version: sentVersion))
         }
         if statusPending {
+            heldFor = desired.after
             return send(
                 .status(session: granted.session, status: desired.status, text: desired.text),
                 as: .status(version: version))
@@ -176,6 +230,9 @@ public struct SessionMachine: Sendable {
     public mutating func completed(_ outcome: Outcome, now: Int64) {
         guard let call = inFlight else { preconditionFailure("completed() with no call under way") }
         inFlight = nil
+        heldFor = nil
+        let probed = probing
+        probing = false
         if call == .bye {
             phase = .closed
             return
@@ -185,6 +242,7 @@ public struct SessionMachine: Sendable {
             if case .granted(let grant) = outcome {
                 granted = grant
                 needsHello = false
+                everGranted = true
             }
             answered(now: now)
             sentVersion = max(sentVersion, sent)
@@ -198,11 +256,17 @@ public struct SessionMachine: Sendable {
             answered(now: now)
             needsHello = true
             due = now
+        case (.refused(let error), .hello) where !everGranted:
+            // Never granted (a token not allowed this user, say): keep trying, with the backoff, since the app may
+            // fix what is wrong (a fresh token) without making a new session.
+            lastError = .refused(error)
+            due = now + backoff.next()
         case (.refused(let error), .hello):
             // The broker answers but refuses this hello (its text, say): go back to the first hello's status.
             answered(now: now)
             lastError = .refused(error)
-            desired = (firstHello.status, firstHello.text)
+            desired = (firstHello.status, firstHello.text, nil)
+            settled = (firstHello.status, firstHello.text)
             sentVersion = version
         case (.refused(let error), _):
             // Reachable, but this call was refused (a status text too long, say): drop it and keep the session;
@@ -210,6 +274,12 @@ public struct SessionMachine: Sendable {
             answered(now: now)
             lastError = .refused(error)
             if case .status(let sent) = call { sentVersion = max(sentVersion, sent) }
+        case (.unanswered(let reason), _) where probed:
+            // The probe that reconnectNow asked for went unanswered: the connection is likely dead (a phone that
+            // changed networks), so a fresh one at once rather than after the backoff.
+            failed(reason, now: now)
+            reconnectFirst = true
+            due = now
         case (.unanswered(let reason), _):
             failed(reason, now: now)
         }
@@ -247,29 +317,4 @@ public struct SessionMachine: Sendable {
         defer { reconnectFirst = false }
         return .send(request, reconnectFirst: reconnectFirst)
     }
-}
-
-/// Capped, jittered exponential backoff: 1 s, 2 s, 4 s ... up to 30 s, each within ±20 %.
-struct Backoff: Sendable {
-    private(set) var attempts = 0
-    var first: Int64 = 1_000
-    var cap: Int64 = 30_000
-    private var random: UInt64
-
-    init(seed: UInt64) { random = seed }
-
-    mutating func next() -> Int64 {
-        let base = min(cap, first << min(Int64(attempts), 16))
-        attempts += 1
-        // SplitMix64: a repeatable jitter from the seed.
-        random &+= 0x9E37_79B9_7F4A_7C15
-        var z = random
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        z ^= z >> 31
-        let unit = Double(z >> 11) / Double(1 << 53)  // [0, 1)
-        return Int64(Double(base) * (0.8 + 0.4 * unit))
-    }
-
-    mutating func reset() { attempts = 0 }
 }

@@ -1,10 +1,10 @@
 import Foundation
 import HummingbirdWSClient
 import Logging
+import NIOConcurrencyHelpers
 import RollCallClientCore
 import RollCallCore
 import RollCallWire
-import Synchronization
 
 /// A session that keeps itself alive through outages, over RollCall's WebSocket endpoint (docs/websocket.md), without
 /// libzmq: for apps that cannot ship it, and for `rollcall online --ws`.
@@ -31,12 +31,17 @@ public final class WebSocketSession: Sendable {
 
     /// The session's rules behind a lock: the application tells it of status changes and closing, the session's task
     /// drives it.
-    private let machine: Mutex<SessionMachine>
-    /// The session the broker granted first.
-    public let granted: PresenceCore.Granted
+    /// A lock that Apple's platforms have before iOS 18 (`Synchronization.Mutex` is iOS 18 and later).
+    private let machine: NIOLockedValueBox<SessionMachine>
     private let events: AsyncStream<WebSocketLink.Event>.Continuation
-    private let driver = Mutex<Task<Void, Never>?>(nil)
+    private let driver = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let onState: (@Sendable (State) -> Void)?
+
+    /// The session the broker granted last (a placeholder until one is granted: see ``everGranted``).
+    public var granted: PresenceCore.Granted { machine.withLockedValue { $0.granted } }
+
+    /// Whether a broker has granted the session yet (a session started without network has not).
+    public var everGranted: Bool { machine.withLockedValue { $0.everGranted } }
 
     /// Says hello over a new connection to `url` (`ws://HOST:PORT/v1/ws`), signed in with `token` if the broker checks
     /// tokens (or with what `tokenProvider` gives, asked before each connection and before each token expires),
@@ -59,38 +64,72 @@ public final class WebSocketSession: Sendable {
         let link = WebSocketLink(
             url: url, token: token, tokenProvider: tokenProvider, timeoutMilliseconds: timeoutMilliseconds,
             subscription: subscription, events: events, stream: stream)
+        let granted: PresenceCore.Granted
         switch await link.call(.hello(hello)) {
         case .granted(let grant): granted = grant
         case .refused(let error): throw error
         case .unanswered(let reason): throw WebSocketSessionError.unanswered(reason)
         case .accepted: throw WebSocketSessionError.unanswered("a hello reply without a session")
         }
-        machine = Mutex(
+        machine = NIOLockedValueBox(
             SessionMachine(
                 hello: hello, granted: granted, now: link.now, idleHeartbeats: hello.keepAlive != .connection))
         self.events = events
         self.onState = onState
         let task = Task { [self] in await run(link) }
-        driver.withLock { $0 = task }
+        driver.withLockedValue { $0 = task }
     }
 
-    /// Sets the session's status and text; sent at once, or as soon as the broker answers again.
-    public func setStatus(_ status: Status, text: String? = nil) {
-        machine.withLock { $0.setStatus(status, text: text) }
+    /// A session that starts at once, whether or not the network is there: it never throws, and its task says hello
+    /// as soon as a broker answers, retrying with the backoff (``reconnectNow()`` cuts the wait). `state` is
+    /// `.reconnecting` until then. Otherwise the same as the throwing initializer.
+    public init(
+        startingWithoutWaiting url: String, token: String? = nil,
+        tokenProvider: (@Sendable () async throws -> String)? = nil, hello: PresenceCore.Hello,
+        timeoutMilliseconds: Int = 3_000, onState: (@Sendable (State) -> Void)? = nil
+    ) {
+        let (stream, events) = AsyncStream<WebSocketLink.Event>.makeStream()
+        let link = WebSocketLink(
+            url: url, token: token, tokenProvider: tokenProvider, timeoutMilliseconds: timeoutMilliseconds,
+            subscription: nil, events: events, stream: stream)
+        machine = NIOLockedValueBox(
+            SessionMachine(hello: hello, now: link.now, idleHeartbeats: hello.keepAlive != .connection))
+        self.events = events
+        self.onState = onState
+        let task = Task { [self] in await run(link) }
+        driver.withLockedValue { $0 = task }
+    }
+
+    /// Sets the session's status and text; sent at once, or as soon as the broker answers again. With
+    /// `afterMilliseconds` (1 to 600,000) the broker holds the change and publishes it only if this session says
+    /// nothing else about its status within that time (`after_ms`, docs/protocol.md): what going to the background
+    /// sends, so that coming back soon shows nothing.
+    public func setStatus(_ status: Status, text: String? = nil, afterMilliseconds: Int64? = nil) {
+        machine.withLockedValue { $0.setStatus(status, text: text, afterMilliseconds: afterMilliseconds) }
         events.yield(.wake)
     }
 
-    public var state: State { machine.withLock { $0.phase } }
+    /// The network is back: try at once instead of waiting out the backoff (a live session probes its connection
+    /// with a heartbeat, and moves to a fresh one at once if that goes unanswered).
+    public func reconnectNow() {
+        machine.withLockedValue { $0.reconnectNow(now: WebSocketLink.clock()) }
+        events.yield(.wake)
+    }
+
+    public var state: State { machine.withLockedValue { $0.phase } }
+
+    /// Whether a status change waits for the broker's answer.
+    public var statusPending: Bool { machine.withLockedValue { $0.statusPending } }
 
     /// The last failure a call met, if any: a refusal, or why the broker did not answer.
-    public var lastError: SessionMachine.Failure? { machine.withLock { $0.lastError } }
+    public var lastError: SessionMachine.Failure? { machine.withLockedValue { $0.lastError } }
 
     /// Says bye (if the broker answers), closes the connection and stops. Returns once that is done. Not from
     /// `onState`, which runs on the session's own task: it would wait for itself.
     public func close() async {
-        machine.withLock { $0.close() }
+        machine.withLockedValue { $0.close() }
         events.yield(.wake)
-        await driver.withLock { $0 }?.value
+        await driver.withLockedValue { $0 }?.value
     }
 
     /// The session's task: carries out what the machine asks, one call at a time.
@@ -98,19 +137,19 @@ public final class WebSocketSession: Sendable {
         defer { link.disconnect() }
         var reported = state
         while true {
-            let action = machine.withLock { $0.next(now: link.now) }
+            let (action, heldFor) = machine.withLockedValue { ($0.next(now: link.now), $0.heldFor) }
             switch action {
             case .stop:
                 report(&reported)
                 return
             case .sleep(let until):
                 if case .ended = await link.wait(until: until) {
-                    machine.withLock { $0.connectionLost(now: link.now) }
+                    machine.withLockedValue { $0.connectionLost(now: link.now) }
                 }
             case .send(let request, let reconnectFirst):
                 if reconnectFirst { link.disconnect() }
-                let outcome = await link.call(request)
-                machine.withLock { $0.completed(outcome, now: link.now) }
+                let outcome = await link.call(request, afterMilliseconds: heldFor)
+                machine.withLockedValue { $0.completed(outcome, now: link.now) }
                 report(&reported)
             }
         }
@@ -182,7 +221,9 @@ final class WebSocketLink {
     private var generation = 0
     private var nextID: Int64 = 0
     private var timers = 0
-    private let start = ContinuousClock.now
+    /// Every link's clock starts at the same instant, so that the application's thread can read it too
+    /// (``WebSocketSession/reconnectNow()``).
+    private static let epoch = ContinuousClock.now
 
     init(
         url: String, token: String?, tokenProvider: (@Sendable () async throws -> String)?, timeoutMilliseconds: Int,
@@ -200,13 +241,16 @@ final class WebSocketLink {
     deinit { disconnect() }
 
     /// Monotonic milliseconds since the link was made: the machine's clock.
-    var now: Int64 {
-        let elapsed = ContinuousClock.now - start
+    var now: Int64 { Self.clock() }
+
+    /// Monotonic milliseconds since the first link of the process was made.
+    static func clock() -> Int64 {
+        let elapsed = ContinuousClock.now - epoch
         return elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000
     }
 
     /// Makes one call (connecting first if there is no connection) and says how it ended.
-    func call(_ request: Request) async -> SessionMachine.Outcome {
+    func call(_ request: Request, afterMilliseconds: Int64? = nil) async -> SessionMachine.Outcome {
         let current: Connection
         if let connection {
             current = connection
@@ -215,7 +259,7 @@ final class WebSocketLink {
         }
         nextID += 1
         let id = JSON.number(String(nextID))
-        current.outgoing.yield(String(decoding: Codec.encodeRequest(request, id: id), as: UTF8.self))
+        current.outgoing.yield(String(decoding: Self.encode(request, id: id, afterMilliseconds), as: UTF8.self))
         let deadline = now + Int64(timeoutMilliseconds)
         while true {
             switch await next(until: deadline) {
@@ -240,6 +284,19 @@ final class WebSocketLink {
                 continue
             }
         }
+    }
+
+    /// The request's JSON, with `after_ms` added to a held status change. Added here rather than by the shared codec,
+    /// whose `Request` is the broker's too: once `Request.status` carries the hold itself (the broker's `after_ms`
+    /// change), the session machine can put it there and this goes.
+    static func encode(_ request: Request, id: JSON, _ afterMilliseconds: Int64?) -> [UInt8] {
+        var bytes = Codec.encodeRequest(request, id: id)
+        guard case .status = request, let afterMilliseconds, bytes.last == UInt8(ascii: "}"),
+            !bytes.contains(Array("\"after_ms\"".utf8))
+        else { return bytes }
+        bytes.removeLast()
+        bytes += Array(",\"after_ms\":\(afterMilliseconds)}".utf8)
+        return bytes
     }
 
     /// Waits until `until` (monotonic milliseconds), a wake-up, or the end of the current connection.

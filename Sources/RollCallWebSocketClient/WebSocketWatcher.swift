@@ -2,10 +2,10 @@ import HummingbirdWSClient
 import RollCallCore
 import RollCallWire
 
-/// Follows users' presence over RollCall's WebSocket endpoint (docs/websocket.md), without libzmq: for apps that
-/// cannot ship it, and for `rollcall watch --ws`. Each (re)connection subscribes again, so the current record of every
-/// user comes first; a connection that ends is retried with backoff (0.5 s doubling to 15 s) until the task is
-/// cancelled, except after 4001 (the token expired), which ends ``run()``.
+/// Follows a fixed list of users' presence over RollCall's WebSocket endpoint (docs/websocket.md), without libzmq:
+/// `rollcall watch --ws`. A ``WebSocketWatch`` underneath applies the watch machine's rules (current record first,
+/// the seq rule, resync, broker liveness, jittered backoff from 1 s to 30 s) until the task is cancelled, except
+/// after close 4001 (the token expired), which ends ``run(onRecord:onEvent:)``.
 public struct WebSocketWatcher: Sendable {
     /// What the watcher tells besides records.
     public enum Event: Sendable, Equatable {
@@ -31,30 +31,29 @@ public struct WebSocketWatcher: Sendable {
     public func run(
         onRecord: @escaping @Sendable (PresenceRecord) -> Void, onEvent: @escaping @Sendable (Event) -> Void = { _ in }
     ) async throws {
-        var backoff = 500
-        let topics = (all ? [Topic.allPresence] : []) + users.map(Topic.presence)
-        let subscribe = Self.subscribeRequest(topics)
-        let configuration = WebSocketClient.configuration(token: token)
-        while !Task.isCancelled {
-            let frame = try? await WebSocketClient.connect(
-                url: url, configuration: configuration, logger: WebSocketClient.quietLogger
-            ) {
-                inbound, outbound, _ in
-                try await outbound.write(.text(subscribe))
-                onEvent(.connected)
-                for try await message in inbound.messages(maxSize: 1 << 24) {
-                    guard case .text(let text) = message, let record = Self.record(in: Array(text.utf8)) else {
-                        continue
-                    }
-                    onRecord(record)
+        let (expired, expiry) = AsyncStream<Void>.makeStream()
+        let watch = WebSocketWatch(url: url, token: token) { event in
+            switch event {
+            case .record(let record): onRecord(record)
+            case .connected: onEvent(.connected)
+            case .disconnected(let code, let retryIn):
+                if code == 4001 {
+                    expiry.yield()
+                } else {
+                    onEvent(.lost(code: code, retryIn: Int(retryIn)))
                 }
+            case .group, .broker, .heartbeat: break
             }
-            let code = frame.map { UInt16(webSocketErrorCode: $0.closeCode) }
-            if code == 4001 || Task.isCancelled { return }
-            onEvent(.lost(code: code, retryIn: backoff))
-            try await Task.sleep(for: .milliseconds(backoff))
-            backoff = min(backoff * 2, 15_000)
         }
+        if all { watch.follow(.allPresence) }
+        for user in users { watch.follow(.presence(user)) }
+        await withTaskCancellationHandler {
+            var waiting = expired.makeAsyncIterator()
+            _ = await waiting.next()
+        } onCancel: {
+            expiry.finish()
+        }
+        await watch.close()
     }
 
     static func subscribeRequest(_ topics: [Topic]) -> String {

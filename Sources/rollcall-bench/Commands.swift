@@ -11,7 +11,9 @@ struct Bench: AsyncParsableCommand {
             Results: docs/benchmarks.md. Run a release build (swift build -c release); the broker is the `rollcall` \
             executable beside this one unless ROLLCALL_BIN names another.
             """,
-        subcommands: [AllBench.self, GroupsBench.self, ClusterBench.self, WebSocketClientsCommand.self])
+        subcommands: [
+            AllBench.self, GroupsBench.self, ClusterBench.self, WebSocketClientsCommand.self, SDKBench.self,
+        ])
 }
 
 /// The broker to measure: `ROLLCALL_BIN`, else the `rollcall` executable in this one's directory.
