@@ -108,8 +108,13 @@ let package = Package(
         .target(
             name: "RollCallTestKit",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallOperations", "RollCallServer", "RollCallWire", "ZeroMQ",
+                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallOperations", "RollCallServer",
+                "RollCallWire", "ZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
