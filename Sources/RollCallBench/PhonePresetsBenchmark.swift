@@ -77,8 +77,9 @@ extension PresenceBenchmarks {
 
 extension WebSocketClients {
     /// The client side of W5, `rollcall-bench ws-clients --idle`: one session per connection, kept alive by it
-    /// (users `w5-<first + index>`); prints `ready`, waits for a line on its standard input, then for `seconds` only
-    /// answers the broker's pings, and prints `done pings=N closed=N`.
+    /// (users `w5-<first + index>`); prints `ready`, and answers the broker's pings from then on, as a phone's
+    /// WebSocket stack does (also while it waits for the other client processes); a line on its standard input
+    /// starts `seconds` of counting, then it prints `done pings=N closed=N` (`closed`: connections the broker cut).
     public static func runIdle(port: Int, first: Int, connections: Int, seconds: Double) throws {
         var sockets: [BenchWebSocket] = []
         sockets.reserveCapacity(connections)
@@ -90,22 +91,32 @@ extension WebSocketClients {
                 throw BenchError("no answer to hello \(first + index)")
             }
             sockets.append(socket)
+            // Phones opened earlier are pinged while later ones open: they answer as they would.
+            if index % 200 == 199 { for open in sockets { _ = try? open.answerPings() } }
         }
         print("ready")
         fflush(nil)
-        _ = readLine()
-        let end = ContinuousClock.now + .milliseconds(Int(seconds * 1_000))
-        var pings = 0
         var open = Set(sockets.indices)
-        var descriptors = sockets.map { pollfd(fd: $0.descriptor, events: Int16(POLLIN), revents: 0) }
-        while ContinuousClock.now < end {
+        // Standard input first (the go line), then every phone's socket.
+        var descriptors =
+            [pollfd(fd: 0, events: Int16(POLLIN), revents: 0)]
+            + sockets.map { pollfd(fd: $0.descriptor, events: Int16(POLLIN), revents: 0) }
+        var end: ContinuousClock.Instant?
+        var pings = 0
+        while end.map({ ContinuousClock.now < $0 }) ?? true {
             guard poll(&descriptors, nfds_t(descriptors.count), 100) > 0 else { continue }
-            for index in descriptors.indices where descriptors[index].revents != 0 && open.contains(index) {
+            if end == nil, descriptors[0].revents != 0 {
+                _ = readLine()
+                end = ContinuousClock.now + .milliseconds(Int(seconds * 1_000))
+                descriptors[0].fd = -1
+            }
+            for index in sockets.indices where descriptors[index + 1].revents != 0 && open.contains(index) {
                 do {
-                    pings += try sockets[index].answerPings()
+                    let answered = try sockets[index].answerPings()
+                    if end != nil { pings += answered }
                 } catch {
                     open.remove(index)  // the broker cut it: counted as closed
-                    descriptors[index].fd = -1
+                    descriptors[index + 1].fd = -1
                 }
             }
         }
