@@ -72,7 +72,11 @@ final class ConnectionTables: Sendable {
     }
 
     private func clockMoved(to time: Int64) {
-        switch testRounds.withLock({ $0?.clockMoved(to: time, now: .now) }) ?? .nothing {
+        carryOut(testRounds.withLock { $0?.clockMoved(to: time, now: .now) } ?? .nothing)
+    }
+
+    private func carryOut(_ action: TestClockPings.Action) {
+        switch action {
         case .roundNow: pingRound()
         case .roundAfter(let wait):
             Task { [weak self] in
@@ -83,12 +87,12 @@ final class ConnectionTables: Sendable {
         }
     }
 
-    /// One round of pings on every loop.
+    /// One round of pings on every loop, then the next if one waits.
     private func pingRound() {
-        testRounds.withLock { $0?.roundDone(now: .now) }
         for table in tables.withLock({ Array($0.values) }) {
             table.eventLoop.execute { table.value.tick() }
         }
+        carryOut(testRounds.withLock { $0?.roundDone(now: .now) } ?? .nothing)
     }
 
     /// The table of `eventLoop`; call on it.
