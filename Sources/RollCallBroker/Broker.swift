@@ -139,7 +139,7 @@ public final class Broker: Service, Sendable {
             let description = ClusterValues.describe(
                 command: commandEndpoint, update: updateEndpoint, broker: configuration.brokerID, epoch: epoch)
             cluster = ClusterLink(
-                settings: settings, presence: configuration.presence, description: description,
+                settings: settings, description: description,
                 wake: { [waker] in waker.wake() })
         }
         clusterNode = cluster?.node
@@ -280,7 +280,8 @@ public final class Broker: Service, Sendable {
             let now = loop.clock.now()
             // The operator's view: the truth about an invisible user (docs/security.md).
             return UserView(
-                record: loop.published.trueRecord(of: user, now: now), groups: loop.published.groups(of: user))
+                record: loop.machine.published.trueRecord(of: user, now: now),
+                groups: loop.machine.published.groups(of: user))
         }
     }
 

@@ -4,32 +4,14 @@ import RollCallWire
 import Synchronization
 
 /// The loop's side of a cluster node (docs/cluster.md). The node (its own threads) keeps the lease, writes to etcd
-/// and watches it; what it reports waits in ``inbox`` until the loop's next round, and the loop applies it to
-/// ``view``: the records this node publishes and answers, built from etcd's history alone, its own sessions
-/// included as they come back, so that every node makes the same records with the same `seq`.
-///
-/// The loop's own core keeps doing what it does on a single broker for this node's clients (checking requests,
-/// sessions' liveness, replies) but publishes nothing: what its sessions do is written to etcd instead
-/// (EventLoop+Cluster.swift).
+/// and watches it; what it reports waits in ``inbox`` until the loop's next round, and the loop hands it to the
+/// machine, whose cluster side (Machine/BrokerMachine+Cluster.swift) applies it to the cluster's view.
 final class ClusterLink {
     let settings: ClusterSettings
     let node: ClusterNode
     let inbox: ClusterInbox
-    /// The cluster's records and groups, changed only by etcd's history (PresenceCore+Remote.swift).
-    var view: PresenceCore
-    /// The node's state as last reported.
-    var state: NodeMembership.State = .joining(attempt: 0)
-    /// This node's live sessions by the number that names them in etcd: the session id is a secret, and everyone
-    /// who can read etcd can read the keys.
-    var numbers: [SessionID: UInt64] = [:]
-    var lastNumber: UInt64 = 0
-    /// The last value of each user's key: why and when their latest session ended, as its node wrote it.
-    var endings: [String: ClusterValues.Ending] = [:]
 
-    init(
-        settings: ClusterSettings, presence: PresenceCore.Configuration, description: String,
-        wake: @escaping @Sendable () -> Void
-    ) {
+    init(settings: ClusterSettings, description: String, wake: @escaping @Sendable () -> Void) {
         self.settings = settings
         let inbox = ClusterInbox()
         self.inbox = inbox
@@ -42,28 +24,6 @@ final class ClusterLink {
             inbox.append(notification)
             wake()
         }
-        var view = PresenceCore(configuration: presence)
-        view.tracksChanges = false
-        self.view = view
-    }
-
-    /// Where the node stands, as `ping` and the broker heartbeat say it.
-    var standing: ClusterStanding {
-        ClusterStanding(node: settings.nodeID, state: .init(state, acceptsSessions: node.acceptsSessions))
-    }
-
-    /// The `seq` of a change at `revision`: the same on every node (``ClusterReplica/seq(at:)``).
-    func seq(at revision: Int64) -> UInt64 {
-        // The replica takes no base above 2^60, so this cannot overflow; saturate anyway rather than trap.
-        let (sum, overflow) = (node.seqBase ?? 0).addingReportingOverflow(UInt64(max(0, revision)))
-        return overflow ? .max : sum
-    }
-
-    /// The number that names a new session of this node in etcd.
-    func number(for session: SessionID) -> UInt64 {
-        lastNumber += 1
-        numbers[session] = lastNumber
-        return lastNumber
     }
 }
 

@@ -55,12 +55,10 @@ extension EventLoop {
     /// Ends the sessions of a connection that closed, after its queued edits and bye (EventLoop+Fairness.swift).
     private func close(_ connection: ConnectionTracker.Connection) {
         if let routingID = connection.routingID { finishDeferredWork(.router(routingID)) }
-        let now = clock.now()
-        let actions = core.connectionClosed(connection.id, now: now)
-        if !actions.isEmpty {
-            logger.debug(
-                "connection closed", metadata: ["connection": "\(connection.id)", "users": "\(actions.count)"])
+        let users = machine.connectionClosed(connection.id, now: clock.now())
+        carryOutEffects()
+        if users > 0 {
+            logger.debug("connection closed", metadata: ["connection": "\(connection.id)", "users": "\(users)"])
         }
-        performLocal(actions, now: now)
     }
 }

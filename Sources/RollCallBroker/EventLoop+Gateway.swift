@@ -14,6 +14,8 @@ struct GatewayTable {
         var access: Access
         /// The topics it subscribes to.
         var topics: Set<[UInt8]> = []
+        /// Closed for being too slow: nothing more goes to it, and it is dropped at the start of the next round.
+        var dropping = false
     }
 
     var peers: [ConnectionID: Peer] = [:]
@@ -21,6 +23,8 @@ struct GatewayTable {
     var subscribers: [[UInt8]: Set<ConnectionID>] = [:]
     /// Connections subscribed to `presence/` (every user's records).
     var allPresence: Set<ConnectionID> = []
+    /// Connections closed for being too slow, to drop at the start of the next round.
+    var dropping: [ConnectionID] = []
 
     /// Whether no WebSocket connection subscribes to anything: publishing then costs nothing more.
     var hasNoSubscribers: Bool { subscribers.isEmpty && allPresence.isEmpty }
@@ -158,15 +162,16 @@ extension EventLoop {
         guard let peer = gateway.peers[id] else { return }
         for topic in peer.topics { unsubscribe(id, from: topic) }
         gateway.peers[id] = nil
-        let now = clock.now()
-        let actions = core.connectionClosed(id, now: now)
-        logger.debug("websocket closed", metadata: ["connection": "\(id)", "users": "\(actions.count)"])
-        performLocal(actions, now: now)
+        let users = machine.connectionClosed(id, now: clock.now())
+        carryOutEffects()
+        logger.debug("websocket closed", metadata: ["connection": "\(id)", "users": "\(users)"])
     }
 
-    /// Queues a reply or an update for a connection; closes one whose queue is over its bound.
+    /// Queues a reply or an update for a connection; closes one whose queue is over its bound. Its subscriptions go
+    /// at once; its sessions end at the start of the next round (``dropSlowGatewayConnections()``), not in the middle
+    /// of the request or publication that filled its queue.
     func deliver(_ frame: [UInt8], to id: ConnectionID) {
-        guard let peer = gateway.peers[id] else { return }
+        guard let peer = gateway.peers[id], !peer.dropping else { return }
         guard peer.outbox.push(frame) == .full else { return }
         metrics.closedSlowWebSocket()
         logger.warning(
@@ -175,7 +180,15 @@ extension EventLoop {
         peer.outbox.close(
             code: GatewayCloseCode.tooSlow,
             reason: "too slow: more than \(peer.outbox.limitBytes) bytes waited for this connection")
-        dropGatewayConnection(id)
+        for topic in peer.topics { unsubscribe(id, from: topic) }
+        gateway.peers[id]?.dropping = true
+        gateway.dropping.append(id)
+    }
+
+    /// Drops the connections closed for being too slow since the last round.
+    func dropSlowGatewayConnections() {
+        for id in gateway.dropping { dropGatewayConnection(id) }
+        gateway.dropping.removeAll(keepingCapacity: true)
     }
 
     /// Sends a published message to the WebSocket subscribers of its topic: one look-up, and one encoding shared by

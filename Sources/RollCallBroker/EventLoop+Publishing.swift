@@ -92,7 +92,7 @@ extension EventLoop {
         BrokerHeartbeat(
             broker: configuration.brokerID, epoch: epoch, time: now,
             intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
-            usersAvailable: published.availableUserCount, sessions: published.visibleSessionCount,
-            dropped: pending.dropped, cluster: cluster?.standing)
+            usersAvailable: machine.published.availableUserCount, sessions: machine.published.visibleSessionCount,
+            dropped: pending.dropped, cluster: machine.publishing.standing)
     }
 }

@@ -8,9 +8,6 @@ extension EventLoop {
     /// The most frames a request message may have: routing id, a REQ delimiter or a short routing stack, a body.
     static let maxFrames = 8
 
-    /// Fewer bytes than any member's entry in a reply takes (`"a":{"user":"a","status":"online",...}`).
-    static let smallestRecordBytes = 64
-
     /// Handles the requests waiting on the ROUTER, up to a batch. Expensive ones are queued (see
     /// EventLoop+Fairness.swift); none are read while the queue holds too many bytes.
     func handleRequests() throws {
@@ -120,99 +117,36 @@ extension EventLoop {
         }
     }
 
-    /// Authorizes and runs a request, and counts its outcome for `rollcall_requests_total`. A refused request
-    /// changes nothing.
+    /// Authorizes and runs a request (BrokerMachine.swift), carries out what it did, and counts its outcome for
+    /// `rollcall_requests_total`. A refused request changes nothing.
     func counted(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
         let result: Result<Reply, PresenceError>
-        if let refusal = Authorization.refusal(of: request, by: access, owner: { core.user(of: $0) }) {
-            logger.debug("request forbidden", metadata: ["op": "\(request.op)", "reason": "\(refusal.message)"])
-            result = .failure(refusal)
-        } else {
-            result = execute(request, connection: connection, access: access)
-            // A node of a cluster writes each change with the value it had then: two changes of one session in one
-            // round are two writes, and every node publishes both.
-            if cluster != nil { handleSessionEvents() }
+        switch machine.handle(request, connection: connection, access: access, now: clock.now()) {
+        case .reply(let reply): result = reply
+        case .advanceClock(let milliseconds): result = .success(advance(by: milliseconds))
         }
+        carryOutEffects()
         switch result {
         case .success: metrics.request(request, failed: nil)
-        case .failure(let error): metrics.request(request, failed: error.code)
+        case .failure(let error):
+            if error.code == .forbidden {
+                logger.debug("request forbidden", metadata: ["op": "\(request.op)", "reason": "\(error.message)"])
+            }
+            metrics.request(request, failed: error.code)
         }
         return result
     }
 
-    func execute(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
-        let now = clock.now()
-        // A node cut off from the cluster (etcd unanswered for two thirds of its lease) acknowledges no renewal and no
-        // change on its sessions: its lease may run out before etcd hears of it, and the client must fail over rather
-        // than believe a change that no other node will ever see (docs/cluster.md, "Honest under partition"). A `bye`
-        // is still taken: an end is true whatever happens to the lease, and a bye refused now would let the session
-        // come back when the node joins again.
-        if request.renewsSession, let refusal = clusterRefusal { return .failure(refusal) }
-        switch request {
-        case .hello(let hello):
-            if let refusal = clusterRefusal { return .failure(refusal) }
-            let session = SessionID(Token.random(bits: 96))
-            let outcome = core.hello(hello, session: session, connection: connection, now: now)
-            performLocal(outcome.actions, now: now)
-            return outcome.reply.map(Reply.hello)
-        case .heartbeat(let session):
-            return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
-        case .status(let session, let status, let text, let after?):
-            return core.holdStatus(
-                session: session, status: status, text: text, after: after, connection: connection, now: now
-            ).reply.map { $0 ? .held : .done }
-        case .status(let session, let status, let text, nil):
-            let outcome = core.setStatus(
-                session: session, status: status, text: text, connection: connection, now: now)
-            performLocal(outcome.actions, now: now)
-            return outcome.reply.map { .done }
-        case .bye(let session):
-            let outcome = core.bye(session: session, now: now)
-            performLocal(outcome.actions, now: now)
-            return outcome.reply.map { .done }
-        case .query(let users):
-            // Where each distinct user was first named: a paged reply's `next` points back into the request.
-            var seen = Set<UserID>()
-            let positions = users.indices.filter { seen.insert(users[$0]).inserted }
-            // The truth about an invisible user for the user's own keys and connections, and for operators.
-            let seesTruth = { (user: UserID) in
-                access.seesTruth(about: user)
-                    || connection.map { self.core.connection($0, carriesSessionOf: user) } == true
-            }
-            // A node cut off from the cluster cannot vouch for anyone's presence.
-            if let refusal = clusterRefusal { return .failure(refusal) }
-            return published.query(users, now: now, seesTruth: seesTruth).map { .query($0, positions: positions) }
-        case .ping:
-            return .success(
-                .ping(
-                    BrokerInfo(
-                        broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now,
-                        testMode: configuration.testMode, cluster: cluster?.standing)))
-        case .advance(let milliseconds):
-            guard configuration.testMode else { return .failure(PresenceError(.unknownOp, "unknown op 'advance'")) }
-            // Connections that closed before this request are closed before the clock moves, as on a real clock.
-            do {
-                try handleConnectionEvents()
-            } catch {
-                logger.error("reading connection events failed", metadata: ["error": "\(error)"])
-            }
-            advance(to: now + milliseconds)
-            logger.debug("clock advanced", metadata: ["ms": "\(milliseconds)", "time": "\(clock.now())"])
-            return .success(.advanced(time: clock.now()))
-        case .group(let group, let edit, let after):
-            // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
-            // members: no more records are made than the smallest record could fill the reply with.
-            let limit = configuration.maxReplyBytes / Self.smallestRecordBytes + 1
-            if cluster != nil {
-                return editGroupInCluster(group, edit, after: after, limit: limit, now: now).map(Reply.group)
-            }
-            return core.group(group, edit, after: after, limit: limit, now: now).map(Reply.group)
-        case .ungroup(let group):
-            if let refusal = clusterRefusal { return .failure(refusal) }
-            let outcome = ungroupInCluster(group, now: now)
-            perform(outcome.actions, now: now)
-            if case .success(true) = outcome.reply { logger.debug("group deleted", metadata: ["group": "\(group)"]) }
-            return outcome.reply.map { .ungroup(deleted: $0) }
+    /// Test mode's `advance`: connections that closed before this request are closed before the clock moves, as on
+    /// a real clock.
+    private func advance(by milliseconds: Int64) -> Reply {
+        do {
+            try handleConnectionEvents()
+        } catch {
+            logger.error("reading connection events failed", metadata: ["error": "\(error)"])
         }
+        advance(to: clock.now() + milliseconds)
+        logger.debug("clock advanced", metadata: ["ms": "\(milliseconds)", "time": "\(clock.now())"])
+        return .advanced(time: clock.now())
     }
 }

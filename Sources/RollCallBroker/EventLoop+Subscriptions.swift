@@ -150,15 +150,10 @@ extension EventLoop {
 
     /// Publishes what a subscriber of `topic` gets at once: the current record, group aggregate or heartbeat.
     func replay(_ topic: Topic) {
-        let now = clock.now()
         switch topic {
-        case .presence(let user): publish(published.record(of: user, now: now))
-        case .group(let group):
-            if let cluster {
-                publish(cluster.view.groupHeader(of: group, now: now))
-            } else {
-                publish(core.groupHeader(of: group, now: now))
-            }
+        case .presence, .group:
+            machine.replay(topic, now: clock.now())
+            carryOutEffects()
         case .broker: enqueue(Topic.broker.bytes, .heartbeat)  // a new subscriber learns the epoch at once
         case .allPresence: break
         }

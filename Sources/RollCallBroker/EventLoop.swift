@@ -36,7 +36,11 @@ final class EventLoop {
     var manualSubscriberCounts: [[UInt8]: Int] = [:]
     let logger: Logger
     var clock: BrokerClock
-    var core: PresenceCore
+    /// The broker's decisions (Machine/BrokerMachine.swift); the loop feeds it and carries out its effects.
+    var machine: BrokerMachine
+    /// The machine's effects being carried out, swapped with its buffer so that both keep their capacity.
+    var carrying: [BrokerMachine.Effect] = []
+    var isCarrying = false
     /// When the broker's own heartbeat next goes out on `broker/`.
     var nextHeartbeat = BrokerTime(milliseconds: 0)
     /// When the changes noted so far go to the store.
@@ -115,9 +119,12 @@ final class EventLoop {
             writer = nil
             core.tracksChanges = false  // nothing will take them
         }
-        // A node of a cluster writes its sessions' steps to etcd.
-        core.recordsSessionEvents = logger.logLevel <= .debug || cluster != nil
-        self.core = core
+        let publishing: Publishing =
+            cluster.map { .cluster(ClusterSide(nodeID: $0.settings.nodeID, presence: configuration.presence)) }
+            ?? .local
+        machine = BrokerMachine(
+            configuration: configuration, epoch: epoch, core: core, publishing: publishing,
+            logsSessionSteps: logger.logLevel <= .debug)
     }
 
     /// Turns until `stopping` is set, then writes the last changes and closes the sockets. Throws if the loop
@@ -147,7 +154,7 @@ final class EventLoop {
         }
         // The final write comes before the last log line: a log that cannot be written must not lose it.
         let written = finishWriting()
-        logger.info("event loop stopped", metadata: ["sessions": "\(core.sessionCount)"])
+        logger.info("event loop stopped", metadata: ["sessions": "\(machine.core.sessionCount)"])
         guard written else { throw BrokerError.finalWriteFailed }
     }
 
@@ -170,6 +177,7 @@ final class EventLoop {
                 for job in mailbox.take() { job(self) }
             }
             if cluster != nil { takeClusterNotifications() }
+            if !gateway.dropping.isEmpty { dropSlowGatewayConnections() }
             // Handshakes first: a client waits for the answer before it can send anything.
             if zap != nil && ready[4] { try handleAuthentication() }
             if xpubMonitor != nil && ready[5] {
@@ -186,11 +194,14 @@ final class EventLoop {
             if ready[1] { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
             trimIfDue(now: clock.now(), busy: ready[0] || hasDeferredWork)
-            if core.recordsSessionEvents { handleSessionEvents() }
+            if machine.core.recordsSessionEvents {
+                machine.noteSessionEvents(now: clock.now())
+                carryOutEffects()
+            }
             loopBeat.beat()
             if loopBeat.now >= nextGaugeUpdate {
                 metrics.update(
-                    core: core, published: published, connections: connections.count,
+                    core: machine.core, published: machine.published, connections: connections.count,
                     subscriptions: subscribedTopics.count)
                 nextGaugeUpdate = loopBeat.now + 1_000
             }
@@ -201,8 +212,7 @@ final class EventLoop {
     /// The earliest of the core's next deadline, the broker heartbeat and the next store write, on the broker's
     /// clock. (Coalesced replays wait on the monotonic clock: ``pollTimeout()``.)
     var nextDeadline: BrokerTime {
-        var deadline = min(core.nextDeadline ?? nextHeartbeat, nextHeartbeat)
-        if let due = cluster?.view.nextDeadline { deadline = min(deadline, due) }
+        var deadline = min(machine.nextDeadline ?? nextHeartbeat, nextHeartbeat)
         if let nextWrite { deadline = min(deadline, nextWrite) }
         if let trimAt { deadline = min(deadline, trimAt) }
         return deadline
@@ -229,8 +239,8 @@ final class EventLoop {
     /// hands changes to the store once per write interval.
     func fireDeadlines(now: BrokerTime) {
         if !pending.isEmpty { flushPublications(now: now) }
-        performLocal(core.tick(now: now), now: now)
-        if let cluster { perform(cluster.view.tick(now: now), now: now) }
+        machine.tick(now: now)
+        carryOutEffects()
         publishDueReplays()
         if now >= nextHeartbeat {
             enqueue(Topic.broker.bytes, .heartbeat)
@@ -240,7 +250,7 @@ final class EventLoop {
             // The database file was made anew: it gets the whole state, and the next batches build on it.
             writer.enqueue(everything(now: now))
         }
-        if let writer, core.hasChanges {
+        if let writer, machine.core.hasChanges {
             // Changes go to the store once per write interval, in one batch, without waiting for it.
             if let due = nextWrite, now >= due {
                 writer.enqueue(batch(now: now))
@@ -270,25 +280,12 @@ final class EventLoop {
     /// expiries and group flushes happen at their own times and in order, as on the real clock. The broker heartbeat
     /// goes out at most once per stop (a year's advance is not 31 million heartbeats).
     func advance(to target: BrokerTime) {
-        while let due = core.nextDeadline, due <= target {
+        while let due = machine.core.nextDeadline, due <= target {
             clock.move(to: due)
             fireDeadlines(now: clock.now())
         }
         clock.move(to: target)
         fireDeadlines(now: target)
-    }
-
-    /// Carries out what the core asked for, in order: the one way the core's output leaves it (its changes for the
-    /// store excepted, which the write timer takes).
-    /// `now` is the time of the event that produced them: the parts of a split group message take seqs from it.
-    func perform(_ actions: [PresenceCore.Action], now: BrokerTime) {
-        var recordCache: [UserID: [UInt8]] = [:]  // one flush's records are the same in every group
-        for action in actions {
-            switch action {
-            case .publish(let record): publish(record)
-            case .publishGroup(let update): publish(update, recordCache: &recordCache, now: now)
-            }
-        }
     }
 
     /// Sends a record to its user's topic.
@@ -298,52 +295,18 @@ final class EventLoop {
         if recentRecords.count > Self.recentLimit { recentRecords.removeFirst() }
     }
 
-    /// Logs each session's steps at debug level, and on a node of a cluster writes them to etcd.
-    func handleSessionEvents() {
-        let events = core.takeSessionEvents()
-        if cluster != nil { writeSessionEvents(events) }
-        guard logger.logLevel <= .debug else { return }
-        for event in events {
-            switch event {
-            case .opened(let session, let user, let connection):
-                logger.debug(
-                    "session opened",
-                    metadata: [
-                        "session": "\(session)", "user": "\(user)",
-                        "connection": "\(connection.map { "\($0)" } ?? "none")",
-                    ])
-            case .moved(let session, let user, let from, let to):
-                logger.debug(
-                    "session moved to a new connection",
-                    metadata: [
-                        "session": "\(session)", "user": "\(user)", "from": "\(from.map { "\($0)" } ?? "none")",
-                        "to": "\(to)",
-                    ])
-            case .detached(let session, let user):
-                logger.debug(
-                    "session lost its connection; waiting out the grace period",
-                    metadata: ["session": "\(session)", "user": "\(user)"])
-            case .changed(let session, let user):
-                logger.debug("session changed its status", metadata: ["session": "\(session)", "user": "\(user)"])
-            case .ended(let session, let user, let reason):
-                logger.debug(
-                    "session ended", metadata: ["session": "\(session)", "user": "\(user)", "reason": "\(reason)"])
-            }
-        }
-    }
-
     /// The broker's state at a glance.
     func status() -> BrokerStatus {
         BrokerStatus(
-            broker: configuration.brokerID, epoch: epoch, time: clock.now(), sessions: core.sessionCount,
-            usersAvailable: published.availableUserCount, connections: connections.count,
-            groups: published.groupCount, subscriptions: subscribedTopics.count, published: publishedCount,
+            broker: configuration.brokerID, epoch: epoch, time: clock.now(), sessions: machine.core.sessionCount,
+            usersAvailable: machine.published.availableUserCount, connections: connections.count,
+            groups: machine.published.groupCount, subscriptions: subscribedTopics.count, published: publishedCount,
             recent: Array(recentRecords))
     }
 
     /// The changes since the last batch, for the store.
     func batch(now: BrokerTime) -> StoreBatch {
-        let changes = core.takeChanges(now: now)
+        let changes = machine.core.takeChanges(now: now)
         return StoreBatch(
             records: changes.records,
             groups: changes.groups,
@@ -352,14 +315,8 @@ final class EventLoop {
 
     /// The whole state as one batch, for a store that starts empty.
     func everything(now: BrokerTime) -> StoreBatch {
-        let all = core.everything(now: now)
+        let all = machine.core.everything(now: now)
         return StoreBatch(records: all.records, groups: all.groups, deletedGroups: [], brokerTime: now)
-    }
-
-    /// Sends a group message to the group's topic.
-    func publish(_ update: GroupUpdate) {
-        var cache: [UserID: [UInt8]] = [:]
-        publish(update, recordCache: &cache, now: clock.now())
     }
 
     /// Sends a group message, split into parts of at most ``BrokerConfiguration/maxGroupMessageBytes`` when its
@@ -371,9 +328,7 @@ final class EventLoop {
         for (index, var part) in parts.enumerated() {
             // A later part takes a new, larger seq, so that the group seq rule applies every part.
             if index > 0 {
-                part.seq =
-                    cluster != nil
-                    ? cluster!.view.issueGroupSeq(update.group, now: now) : core.issueGroupSeq(update.group, now: now)
+                part.seq = machine.issueGroupSeq(update.group, now: now)
             }
             send(topic, Codec.encodeGroupUpdate(part, recordCache: &recordCache))
         }

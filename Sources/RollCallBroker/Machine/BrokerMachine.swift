@@ -1,0 +1,288 @@
+import RollCallCluster
+import RollCallCore
+import RollCallSecurity
+import RollCallWire
+
+/// The broker's decisions, without sockets, threads or a clock: what a request does and answers, what a closed
+/// connection ends, what a deadline fires, and, on a node of a cluster, what goes to etcd and what comes back.
+/// Each input takes the time; what the broker must then do (publish a record or a group message, write to etcd,
+/// warn) is appended to ``effects``, in order, for the event loop to carry out and clear (EventLoop.swift). The
+/// loop's buffer is reused, so an input that publishes nothing allocates nothing for its effects.
+///
+/// The presence core decides what sessions and records are; this machine decides what the broker does with them:
+/// who may ask what (``Authorization``), what a node cut off from its cluster may still acknowledge, and through
+/// which core a record is published (``Publishing``).
+struct BrokerMachine {
+    /// What the loop must do after an input, in order.
+    enum Effect {
+        /// Publish a user's record on `presence/<user>/` (and to the WebSocket subscribers of that topic).
+        case publish(PresenceRecord)
+        /// Publish a group message; parts of a split message take new group seqs from `at`.
+        case publishGroup(GroupUpdate, at: BrokerTime)
+        /// Write to etcd (a node of a cluster): the change is published when it comes back.
+        case clusterWrite(ClusterNode.Write)
+        /// Something the operator should read in the log.
+        case warning(String, [String: String])
+        case notice(String, [String: String])
+        /// Sessions' steps, for the debug log (with ``logsSessionSteps``).
+        case sessionSteps([PresenceCore.SessionEvent])
+    }
+
+    /// What answering a request takes.
+    enum Answer {
+        case reply(Result<Reply, PresenceError>)
+        /// Test mode's `advance`: the loop moves its clock (EventLoop.advance(to:)), then replies.
+        case advanceClock(milliseconds: Int64)
+    }
+
+    let configuration: BrokerConfiguration
+    /// Names this run of the broker (`ping`, the broker heartbeat).
+    let epoch: String
+    /// This node's sessions: liveness, requests and replies. On a single broker it also publishes.
+    var core: PresenceCore
+    var publishing: Publishing
+    /// What the loop is to carry out, in order; the loop empties it (keeping its capacity).
+    var effects: [Effect] = []
+    /// Whether sessions' steps are reported (``Effect/sessionSteps(_:)``), for the debug log.
+    let logsSessionSteps: Bool
+
+    /// The largest number of records a `group` reply holds: no more than the smallest record could fill a reply
+    /// of `maxReplyBytes` with.
+    var groupPageLimit: Int { configuration.maxReplyBytes / Self.smallestRecordBytes + 1 }
+
+    /// Fewer bytes than any member's entry in a reply takes (`"a":{"user":"a","status":"online",...}`).
+    static let smallestRecordBytes = 64
+
+    init(
+        configuration: BrokerConfiguration, epoch: String, core: PresenceCore, publishing: Publishing,
+        logsSessionSteps: Bool = false
+    ) {
+        self.configuration = configuration
+        self.epoch = epoch
+        self.core = core
+        self.publishing = publishing
+        self.logsSessionSteps = logsSessionSteps
+        // A node of a cluster writes its sessions' steps to etcd.
+        if case .cluster = publishing { self.core.recordsSessionEvents = true }
+        if logsSessionSteps { self.core.recordsSessionEvents = true }
+    }
+
+    // MARK: Requests
+
+    /// Authorizes and runs a request from `connection` (`nil`: a peer the loop does not track), with what its key or
+    /// token allows, at `now`. A refused request changes nothing.
+    mutating func handle(
+        _ request: Request, connection: ConnectionID?, access: Access, now: BrokerTime
+    ) -> Answer {
+        if let refusal = Authorization.refusal(of: request, by: access, owner: { core.user(of: $0) }) {
+            return .reply(.failure(refusal))
+        }
+        if case .advance(let milliseconds) = request {
+            guard configuration.testMode else {
+                return .reply(.failure(PresenceError(.unknownOp, "unknown op 'advance'")))
+            }
+            return .advanceClock(milliseconds: milliseconds)
+        }
+        let result = execute(request, connection: connection, access: access, now: now)
+        // A node of a cluster writes each change with the value it had then: two changes of one session in one
+        // round are two writes, and every node publishes both.
+        if case .cluster = publishing { noteSessionEvents(now: now) }
+        return .reply(result)
+    }
+
+    private mutating func execute(
+        _ request: Request, connection: ConnectionID?, access: Access, now: BrokerTime
+    ) -> Result<Reply, PresenceError> {
+        // A node cut off from the cluster (etcd unanswered for two thirds of its lease) acknowledges no renewal and no
+        // change on its sessions: its lease may run out before etcd hears of it, and the client must fail over rather
+        // than believe a change that no other node will ever see (docs/cluster.md, "Honest under partition"). A `bye`
+        // is still taken: an end is true whatever happens to the lease, and a bye refused now would let the session
+        // come back when the node joins again.
+        if request.renewsSession, let refusal = clusterRefusal { return .failure(refusal) }
+        switch request {
+        case .hello(let hello):
+            if let refusal = clusterRefusal { return .failure(refusal) }
+            let session = SessionID(Token.random(bits: 96))
+            let outcome = core.hello(hello, session: session, connection: connection, now: now)
+            publishLocal(outcome.actions, now: now)
+            return outcome.reply.map(Reply.hello)
+        case .heartbeat(let session):
+            return core.heartbeat(session: session, connection: connection, now: now).reply.map { .done }
+        case .status(let session, let status, let text, let after?):
+            return core.holdStatus(
+                session: session, status: status, text: text, after: after, connection: connection, now: now
+            ).reply.map { $0 ? .held : .done }
+        case .status(let session, let status, let text, nil):
+            let outcome = core.setStatus(
+                session: session, status: status, text: text, connection: connection, now: now)
+            publishLocal(outcome.actions, now: now)
+            return outcome.reply.map { .done }
+        case .bye(let session):
+            let outcome = core.bye(session: session, now: now)
+            publishLocal(outcome.actions, now: now)
+            return outcome.reply.map { .done }
+        case .query(let users):
+            // A node cut off from the cluster cannot vouch for anyone's presence.
+            if let refusal = clusterRefusal { return .failure(refusal) }
+            // Where each distinct user was first named: a paged reply's `next` points back into the request.
+            var seen = Set<UserID>()
+            let positions = users.indices.filter { seen.insert(users[$0]).inserted }
+            // The truth about an invisible user for the user's own keys and connections, and for operators.
+            let core = self.core
+            let seesTruth = { (user: UserID) in
+                access.seesTruth(about: user)
+                    || connection.map { core.connection($0, carriesSessionOf: user) } == true
+            }
+            return published.query(users, now: now, seesTruth: seesTruth).map { .query($0, positions: positions) }
+        case .ping:
+            return .success(
+                .ping(
+                    BrokerInfo(
+                        broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now,
+                        testMode: configuration.testMode, cluster: publishing.standing)))
+        case .advance:
+            return .failure(PresenceError(.unknownOp, "unknown op 'advance'"))  // answered by `handle`
+        case .group(let group, let edit, let after):
+            // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
+            // members.
+            return editGroup(group, edit, after: after, now: now).map(Reply.group)
+        case .ungroup(let group):
+            if let refusal = clusterRefusal { return .failure(refusal) }
+            let outcome = withPublished { $0.ungroup(group, now: now) }
+            publish(outcome.actions, now: now)
+            if case .success(true) = outcome.reply, case .cluster = publishing {
+                effects.append(.clusterWrite(.deleteGroup(id: group.rawValue)))
+            }
+            return outcome.reply.map { .ungroup(deleted: $0) }
+        }
+    }
+
+    /// `group`: a read answers from the published core. On a node of a cluster an edit is applied to the cluster's
+    /// view for the reply, and its whole definition written to etcd, from where every other node applies it.
+    private mutating func editGroup(
+        _ group: GroupID, _ edit: GroupEdit, after: UserID?, now: BrokerTime
+    ) -> Result<GroupSnapshot, PresenceError> {
+        let limit = groupPageLimit
+        guard case .cluster = publishing else { return core.group(group, edit, after: after, limit: limit, now: now) }
+        // Reading too: a node cut off from the cluster cannot vouch for a group's counts.
+        if let refusal = clusterRefusal { return .failure(refusal) }
+        let result = withPublished { $0.group(group, edit, after: after, limit: limit, now: now) }
+        if !edit.isReadOnly, case .success = result, let members = published.members(of: group) {
+            effects.append(
+                .clusterWrite(.putGroup(id: group.rawValue, definition: ClusterValues.encode(members: members))))
+        }
+        return result
+    }
+
+    // MARK: Connections and time
+
+    /// A connection closed: its sessions end by the close path (the grace period applies).
+    mutating func connectionClosed(_ connection: ConnectionID, now: BrokerTime) -> Int {
+        let actions = core.connectionClosed(connection, now: now)
+        publishLocal(actions, now: now)
+        return actions.count
+    }
+
+    /// Does what is due by `now`: sessions that expire, held statuses, group flushes, on this node's core and on the
+    /// cluster's view.
+    mutating func tick(now: BrokerTime) {
+        publishLocal(core.tick(now: now), now: now)
+        if case .cluster = publishing {
+            let actions = withPublished { $0.tick(now: now) }
+            publish(actions, now: now)
+        }
+    }
+
+    /// The earliest deadline of the core and of the cluster's view.
+    var nextDeadline: BrokerTime? {
+        switch (core.nextDeadline, publishing.view?.nextDeadline) {
+        case (let a?, let b?): min(a, b)
+        case (let a, let b): a ?? b
+        }
+    }
+
+    /// Takes the sessions' steps since the last call: on a node of a cluster each is written to etcd, and with
+    /// ``logsSessionSteps`` they are reported for the log.
+    mutating func noteSessionEvents(now: BrokerTime) {
+        guard core.recordsSessionEvents else { return }
+        let events = core.takeSessionEvents()
+        guard !events.isEmpty else { return }
+        if case .cluster = publishing { writeSessionEvents(events, now: now) }
+        if logsSessionSteps { effects.append(.sessionSteps(events)) }
+    }
+
+    // MARK: Publishing
+
+    /// The core whose records are published and read: the cluster's view on a node of a cluster, else the core.
+    var published: PresenceCore { publishing.view ?? core }
+
+    /// What a new subscriber of `topic` gets at once (the current record or group aggregate) as effects.
+    mutating func replay(_ topic: Topic, now: BrokerTime) {
+        switch topic {
+        case .presence(let user): effects.append(.publish(published.record(of: user, now: now)))
+        case .group(let group):
+            effects.append(.publishGroup(withPublished { $0.groupHeader(of: group, now: now) }, at: now))
+        case .broker, .allPresence: break
+        }
+    }
+
+    /// The `seq` of a later part of a split group message.
+    mutating func issueGroupSeq(_ group: GroupID, now: BrokerTime) -> UInt64 {
+        withPublished { $0.issueGroupSeq(group, now: now) }
+    }
+
+    /// Publishes what this node's core did. On a node of a cluster nothing: the change goes to etcd
+    /// (``noteSessionEvents(now:)``) and is published when it comes back.
+    private mutating func publishLocal(_ actions: [PresenceCore.Action], now: BrokerTime) {
+        guard case .local = publishing else { return }
+        publish(actions, now: now)
+    }
+
+    /// Publishes what the published core did.
+    mutating func publish(_ actions: [PresenceCore.Action], now: BrokerTime) {
+        for action in actions {
+            switch action {
+            case .publish(let record): effects.append(.publish(record))
+            case .publishGroup(let update): effects.append(.publishGroup(update, at: now))
+            }
+        }
+    }
+
+    /// Runs `body` on the published core in place (the cluster's view, or the core), without copying it.
+    mutating func withPublished<Result>(_ body: (inout PresenceCore) -> Result) -> Result {
+        guard case .cluster(var side) = publishing else { return body(&core) }
+        publishing = .local  // so that `side` holds the only reference to the view's storage
+        defer { publishing = .cluster(side) }
+        return body(&side.view)
+    }
+
+    /// Runs `body` on the cluster's side in place; `nil` on a single broker.
+    mutating func withCluster<Result>(_ body: (inout ClusterSide) -> Result) -> Result? {
+        guard case .cluster(var side) = publishing else { return nil }
+        publishing = .local
+        defer { publishing = .cluster(side) }
+        return body(&side)
+    }
+}
+
+/// Through which core records are published.
+enum Publishing {
+    /// A single broker: the core publishes its records as it makes them.
+    case local
+    /// A node of a cluster: the core publishes nothing; what its sessions do goes to etcd, and the cluster's view,
+    /// fed only by etcd's history, publishes every record, this node's included, so that every node publishes the
+    /// same record with the same `seq` (docs/cluster.md).
+    case cluster(ClusterSide)
+
+    /// The cluster's view, on a node of a cluster.
+    var view: PresenceCore? {
+        guard case .cluster(let side) = self else { return nil }
+        return side.view
+    }
+
+    /// Where the node stands, as `ping` and the broker heartbeat say it; `nil` on a single broker.
+    var standing: ClusterStanding? {
+        guard case .cluster(let side) = self else { return nil }
+        return side.standing
+    }
+}
