@@ -201,7 +201,9 @@ let package = Package(
         .testTarget(name: "RollCallStoreTests", dependencies: ["RollCallStore", "RollCallCore"]),
         .testTarget(
             name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "RollCallWire", "ZeroMQ"]),
-        .testTarget(name: "RollCallBrokerTests", dependencies: ["RollCallBroker", "RollCallCore"]),
+        .testTarget(
+            name: "RollCallBrokerTests",
+            dependencies: ["RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallSecurity", "RollCallWire"]),
         .testTarget(
             name: "RollCallGatewayTests",
             dependencies: [

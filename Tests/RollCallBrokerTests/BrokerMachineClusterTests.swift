@@ -1,0 +1,238 @@
+import RollCallCluster
+import RollCallCore
+import RollCallSecurity
+import RollCallWire
+import Testing
+
+@testable import RollCallBroker
+
+/// A node of a cluster's rules: its sessions go to etcd, and what it publishes comes back from etcd's history.
+@Suite("Broker machine: a node of a cluster")
+struct BrokerMachineClusterTests {
+    static let incarnation = ClusterKeys.Incarnation(node: "n2", lease: 7)
+
+    /// The etcd writes among the effects.
+    static func writes(_ effects: [BrokerMachine.Effect]) -> [ClusterNode.Write] {
+        effects.compactMap { if case .clusterWrite(let write) = $0 { write } else { nil } }
+    }
+
+    static func hasPublication(_ effects: [BrokerMachine.Effect]) -> Bool {
+        effects.contains {
+            switch $0 {
+            case .publish, .publishGroup: true
+            default: false
+            }
+        }
+    }
+
+    /// A hello on a node is a session written to etcd under a number, not a publication: every node publishes the
+    /// record when etcd's history brings it back.
+    @Test func helloIsAWriteNotAPublication() throws {
+        var node = Scripted(cluster: true)
+        _ = try node.hello("alice")
+        let effects = node.effects()
+        #expect(!Self.hasPublication(effects))
+        let writes = Self.writes(effects)
+        #expect(writes.count == 1)
+        guard case .putSession(let id, let value, nil) = writes.first else {
+            Issue.record("not a session put: \(writes)")
+            return
+        }
+        #expect(id == "1")
+        #expect(ClusterValues.decodeSession(value)?.0.user == "alice".id)
+        #expect(ClusterValues.decodeSession(value)?.1 == node.now)
+    }
+
+    /// A status change is a put of the same session number with the new value.
+    @Test func statusChangeIsAPutOfTheSameNumber() throws {
+        var node = Scripted(cluster: true)
+        let session = try node.hello("alice")
+        _ = node.effects()
+        #expect(node.request(.status(session: session, status: .busy, text: "call")) == .success(.done))
+        let writes = Self.writes(node.effects())
+        guard case .putSession("1", let value, nil) = writes.first, writes.count == 1 else {
+            Issue.record("not one put of session 1: \(writes)")
+            return
+        }
+        #expect(ClusterValues.decodeSession(value)?.0.status == .busy)
+        #expect(ClusterValues.decodeSession(value)?.0.text == "call")
+    }
+
+    /// A bye ends the session in etcd with its user's key saying why and when.
+    @Test func byeWritesTheEnding() throws {
+        var node = Scripted(cluster: true)
+        let session = try node.hello("alice")
+        _ = node.effects()
+        node.now = node.now + 250
+        #expect(node.request(.bye(session: session)) == .success(.done))
+        let writes = Self.writes(node.effects())
+        guard case .endSession("1", let user?) = writes.first, writes.count == 1 else {
+            Issue.record("not one end of session 1: \(writes)")
+            return
+        }
+        #expect(user.id == "alice")
+        #expect(ClusterValues.decodeEnding(user.record) == ClusterValues.Ending(reason: .bye, time: node.now))
+    }
+
+    /// A node cut off from etcd takes no new session, no renewal, no change and no read (it cannot vouch for
+    /// them), but takes a bye: an end is true whatever happens to the lease.
+    @Test func cutOffNodeRefusesAllButBye() throws {
+        var node = Scripted(cluster: true)
+        let session = try node.hello("alice")
+        _ = node.effects()
+        node.machine.clusterNodeReads(acceptsSessions: false, seqBase: 1_000)
+        let refused: [Request] = [
+            .hello(PresenceCore.Hello(user: "bob".id)), .heartbeat(session: session),
+            .status(session: session, status: .away, text: nil), .query(users: ["alice".id]),
+            .group("team".group, GroupEdit()), .ungroup("team".group),
+        ]
+        for request in refused {
+            guard case .failure(let error) = node.request(request) else {
+                Issue.record("\(request.op) was taken while cut off")
+                continue
+            }
+            #expect(error.code == .clusterUnavailable, "\(request.op)")
+        }
+        #expect(node.effects().isEmpty)
+        #expect(node.request(.bye(session: session)) == .success(.done))
+        #expect(Self.writes(node.effects()).count == 1)
+    }
+
+    /// `ping` on a node says where it stands.
+    @Test func pingSaysWhereTheNodeStands() {
+        var node = Scripted(cluster: true)
+        #expect(node.machine.clusterStateChanged(to: .live(lease: Self.incarnation.lease)) == true)
+        guard case .success(.ping(let info)) = node.request(.ping) else {
+            Issue.record("no ping reply")
+            return
+        }
+        #expect(info.cluster?.node == "n1")
+        #expect(info.cluster?.state == .live)
+        node.machine.clusterNodeReads(acceptsSessions: false, seqBase: 1_000)
+        guard case .success(.ping(let later)) = node.request(.ping) else { return }
+        #expect(later.cluster?.state == .cutOff)
+    }
+
+    /// A session put from etcd publishes the record with the time its node wrote and the seq its revision gives,
+    /// the same on every node.
+    @Test func sessionFromEtcdPublishesWithItsRevisionsSeq() {
+        var node = Scripted(cluster: true)
+        let written = BrokerTime(milliseconds: 500_000)
+        let value = ClusterValues.encode(PresenceCore.SessionDescription(user: "carol".id, status: .away), at: written)
+        let key = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "3")
+        node.machine.applyClusterChanges([.sessionPut(key, value: value, revision: 42)], now: node.now)
+        let records = node.published()
+        #expect(records.count == 1)
+        #expect(records.first?.user == "carol".id)
+        #expect(records.first?.status == .away)
+        #expect(records.first?.seq == 1_042)
+        #expect(records.first?.since == written)
+    }
+
+    /// A session's end and its user's key written in one revision: the end takes the reason and time the node wrote
+    /// in the key, not this node's clock.
+    @Test func endingTakesTheReasonAndTimeItsNodeWrote() {
+        var node = Scripted(cluster: true)
+        let key = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "3")
+        let value = ClusterValues.encode(
+            PresenceCore.SessionDescription(user: "carol".id, status: .online), at: BrokerTime(milliseconds: 10))
+        node.machine.applyClusterChanges([.sessionPut(key, value: value, revision: 40)], now: node.now)
+        _ = node.effects()
+        let ending = ClusterValues.encode(ClusterValues.Ending(reason: .timeout, time: BrokerTime(milliseconds: 90)))
+        node.machine.applyClusterChanges(
+            [.sessionEnded(key, .ended, revision: 41), .userPut("carol", value: ending, revision: 41)], now: node.now)
+        let records = node.published()
+        #expect(records.count == 1)
+        #expect(records.first?.status == .offline)
+        #expect(records.first?.reason == .timeout)
+        #expect(records.first?.lastSeen == BrokerTime(milliseconds: 90))
+        #expect(records.first?.seq == 1_041)
+    }
+
+    /// A value in etcd that cannot be read is left out with a warning, and publishes nothing.
+    @Test func unreadableSessionIsLeftOutWithAWarning() {
+        var node = Scripted(cluster: true)
+        let key = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "9")
+        node.machine.applyClusterChanges([.sessionPut(key, value: "not json", revision: 5)], now: node.now)
+        let effects = node.effects()
+        #expect(!Self.hasPublication(effects))
+        #expect(effects.contains { if case .warning = $0 { true } else { false } })
+    }
+
+    /// A group edit on a node is applied to the cluster's view for the reply and written whole to etcd; a read
+    /// writes nothing.
+    @Test func groupEditIsWrittenWhole() {
+        var node = Scripted(cluster: true)
+        let reply = node.request(.group("team".group, GroupEdit(members: ["alice".id, "bob".id])))
+        guard case .success(.group(let snapshot)) = reply else {
+            Issue.record("group: \(reply)")
+            return
+        }
+        #expect(snapshot.counts.offline == 2)
+        let writes = Self.writes(node.effects())
+        guard case .putGroup("team", let definition) = writes.first, writes.count == 1 else {
+            Issue.record("not one group put: \(writes)")
+            return
+        }
+        #expect(ClusterValues.decodeMembers(definition)?.sorted() == ["alice".id, "bob".id])
+        _ = node.request(.group("team".group, GroupEdit()))
+        #expect(Self.writes(node.effects()).isEmpty)
+    }
+
+    /// `ungroup` on a node deletes the group in etcd.
+    @Test func ungroupIsDeletedInEtcd() {
+        var node = Scripted(cluster: true)
+        _ = node.request(.group("team".group, GroupEdit(members: ["alice".id])))
+        _ = node.effects()
+        #expect(node.request(.ungroup("team".group)) == .success(.ungroup(deleted: true)))
+        #expect(Self.writes(node.effects()) == [.deleteGroup(id: "team")])
+    }
+
+    /// The node's standing changes for clients only when what they see changes.
+    @Test func standingChangesOnlyWhenClientsSeeIt() {
+        var node = Scripted(cluster: true)
+        #expect(node.machine.clusterStateChanged(to: .joining(attempt: 1)) == false)
+        #expect(node.machine.clusterStateChanged(to: .live(lease: 7)) == true)
+        #expect(node.machine.clusterStateChanged(to: .live(lease: 7)) == false)
+    }
+
+    /// A single broker has no cluster side: nothing it does writes to etcd.
+    @Test func singleBrokerWritesNothingToEtcd() throws {
+        var broker = Scripted()
+        let session = try broker.hello("alice")
+        _ = broker.request(.bye(session: session))
+        broker.machine.noteSessionEvents(now: broker.now)
+        #expect(Self.writes(broker.effects()).isEmpty)
+        #expect(broker.machine.clusterRefusal == nil)
+    }
+
+    /// A closed connection's sessions end in etcd (when the grace is 0, at once), not on this node's topics.
+    @Test func closedConnectionIsAnEndInEtcd() throws {
+        var node = Scripted(cluster: true)
+        _ = try node.hello("alice", connection: ConnectionID(4))
+        _ = node.effects()
+        _ = node.machine.connectionClosed(ConnectionID(4), now: node.now)
+        node.machine.noteSessionEvents(now: node.now)
+        let effects = node.effects()
+        #expect(!Self.hasPublication(effects))
+        guard case .endSession("1", let user?) = Self.writes(effects).first else {
+            Issue.record("no end of session 1: \(effects)")
+            return
+        }
+        #expect(ClusterValues.decodeEnding(user.record)?.reason == .closed)
+    }
+
+    /// The sessions of a lost node end on this node's view with reason `node_lost`.
+    @Test func lostNodesSessionsEnd() {
+        var node = Scripted(cluster: true)
+        let key = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "3")
+        let value = ClusterValues.encode(
+            PresenceCore.SessionDescription(user: "carol".id, status: .online), at: BrokerTime(milliseconds: 10))
+        node.machine.applyClusterChanges([.sessionPut(key, value: value, revision: 40)], now: node.now)
+        _ = node.effects()
+        node.machine.applyClusterChanges([.sessionEnded(key, .nodeLost, revision: 50)], now: node.now)
+        let records = node.published()
+        #expect(records.map(\.reason) == [.nodeLost])
+        #expect(records.first?.seq == 1_050)
+    }
+}
