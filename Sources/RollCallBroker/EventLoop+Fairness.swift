@@ -1,4 +1,3 @@
-import DequeModule
 import RollCallCore
 import RollCallSecurity
 import RollCallWire
@@ -76,38 +75,22 @@ extension EventLoop {
 
     /// Queues work for the connection `key`, a ROUTER request as its body.
     func enqueue(_ work: Work, body: [UInt8], key: FairnessKey, route: ReplyRoute) {
-        if deferred[key] == nil {
-            deferred[key] = []
-            deferredOrder.append(key)
-        }
         var item = DeferredWork(work: work, route: route, expensive: work.isExpensive)
         if case .request(_, let connection, let userID, _) = work {
             item.work = .queued(body: body, connection: connection, userID: userID)
         }
-        deferred[key]!.append(item)
-        deferredBytes += item.work.bytes
+        deferred.append(item, for: key, expensive: item.expensive, bytes: item.work.bytes)
     }
 
     /// Whether queued work waits.
-    var hasDeferredWork: Bool { !deferredOrder.isEmpty }
+    var hasDeferredWork: Bool { !deferred.isEmpty }
 
     /// Works through the queues, one expensive request (and the cheap ones queued behind it) per connection per
-    /// turn, until they are empty or the slice is used up.
+    /// turn (FairQueue.swift), until they are empty or the slice is used up.
     func handleDeferredWork() {
         let start = ContinuousClock.now
-        while let key = deferredOrder.popFirst() {
-            guard var queue = deferred.removeValue(forKey: key) else { continue }
-            var first = true
-            while let next = queue.first, first || !next.expensive {
-                queue.removeFirst()
-                deferredBytes -= next.work.bytes
-                answer(next.work, route: next.route)
-                first = false
-            }
-            if !queue.isEmpty {
-                deferred[key] = queue
-                deferredOrder.append(key)
-            }
+        while let turn = deferred.nextTurn() {
+            for item in turn.items { answer(item.work, route: item.route) }
             if ContinuousClock.now - start >= Self.expensiveSlice { return }
         }
     }
@@ -117,9 +100,7 @@ extension EventLoop {
     /// still counts as a bye, and a queued group edit still applies. Queued reads are dropped: nobody can read
     /// their replies, and running them at once would hold up the loop.
     func finishDeferredWork(_ key: FairnessKey) {
-        guard let queue = deferred.removeValue(forKey: key) else { return }
-        for item in queue {
-            deferredBytes -= item.work.bytes
+        for item in deferred.removeAll(for: key) {
             switch item.work {
             case .queued(let body, let connection, let userID):
                 guard case .success(let envelope) = Codec.decodeRequest(body, limits: configuration.presence),

@@ -64,7 +64,7 @@ extension EventLoop {
         guard gateway.peers[id] != nil else { return }  // closed meanwhile: nobody reads the answer
         let work = Work.gateway(request)
         let key = FairnessKey.webSocket(id)
-        if work.isExpensive || (!deferred.isEmpty && deferred[key] != nil) {
+        if work.isExpensive || deferred.isWaiting(key) {
             enqueue(work, body: [], key: key, route: .webSocket(id))
         } else {
             answerGateway(request, from: id)

@@ -12,7 +12,7 @@ extension EventLoop {
     /// EventLoop+Fairness.swift); none are read while the queue holds too many bytes.
     func handleRequests() throws {
         for _ in 0..<Self.batch {
-            guard deferredBytes < Self.maxDeferredBytes else { return }
+            guard deferred.bytes < Self.maxDeferredBytes else { return }
             guard
                 let (frames, truncated) = try router.receiveMessage(
                     maxFrames: Self.maxFrames, sourceDescriptor: true, userID: authorizedKeys != nil)
@@ -75,7 +75,7 @@ extension EventLoop {
         }
         // The look-up by routing id only when anything is queued at all: most rounds nothing is.
         let key = FairnessKey.router(frames[0].bytes)
-        if work.isExpensive || (!deferred.isEmpty && deferred[key] != nil) {
+        if work.isExpensive || deferred.isWaiting(key) {
             enqueue(
                 work, body: bodies == 1 ? frames[bodyStart].bytes : [], key: key, route: .router(envelope: envelope))
         } else {

@@ -70,11 +70,8 @@ final class EventLoop {
     var trimAt: BrokerTime?
     /// The latest a trim waits for a quiet round.
     var trimLatest: BrokerTime?
-    /// Expensive requests waiting for their turn, per routing id, and the order of the turns
-    /// (EventLoop+Fairness.swift).
-    var deferred: [FairnessKey: Deque<DeferredWork>] = [:]
-    var deferredOrder: Deque<FairnessKey> = []
-    var deferredBytes = 0
+    /// Expensive requests waiting for their turn, per connection (EventLoop+Fairness.swift).
+    var deferred = FairQueue<FairnessKey, DeferredWork>()
     /// WebSocket connections and their subscriptions (EventLoop+Gateway.swift).
     var gateway = GatewayTable()
     /// The node's side of a cluster, on a node of one (EventLoop+Cluster.swift).
