@@ -3,33 +3,6 @@ import RollCallCore
 import RollCallSecurity
 import RollCallWire
 
-/// The loop's side of the WebSocket gateway (``BrokerGateway``): its connections, their subscriptions, and the
-/// updates and replies pushed to them. Everything here runs on the loop's thread.
-struct GatewayTable {
-    /// One WebSocket connection as the loop knows it.
-    struct Peer {
-        let outbox: GatewayOutbox
-        /// What its token allows: `.open` without tokens (everything), else the token's role, checked by the same
-        /// ``Authorization`` as a CURVE key's.
-        var access: Access
-        /// The topics it subscribes to.
-        var topics: Set<[UInt8]> = []
-        /// Closed for being too slow: nothing more goes to it, and it is dropped at the start of the next round.
-        var dropping = false
-    }
-
-    var peers: [ConnectionID: Peer] = [:]
-    /// Exact topics and the connections subscribed to each.
-    var subscribers: [[UInt8]: Set<ConnectionID>] = [:]
-    /// Connections subscribed to `presence/` (every user's records).
-    var allPresence: Set<ConnectionID> = []
-    /// Connections closed for being too slow, to drop at the start of the next round.
-    var dropping: [ConnectionID] = []
-
-    /// Whether no WebSocket connection subscribes to anything: publishing then costs nothing more.
-    var hasNoSubscribers: Bool { subscribers.isEmpty && allPresence.isEmpty }
-}
-
 /// The close codes the loop closes a WebSocket with (docs/websocket.md).
 public enum GatewayCloseCode {
     /// The connection's token expired and no `auth` renewed it.
@@ -85,7 +58,7 @@ extension EventLoop {
         case .success(.subscribe(let requestID, let topics)):
             subscribe(id, to: topics, requestID: requestID)
         case .success(.unsubscribe(let requestID, let topics)):
-            for topic in topics { unsubscribe(id, from: topic.bytes) }
+            for topic in topics { gateway.unsubscribe(id, from: topic.bytes) }
             deliver(Codec.encodeGatewayReply(id: requestID), to: id)
         case .success(.auth(let requestID, _)):
             // The gateway checks tokens itself and sends ``reauthorizeGatewayConnection``; one that reaches the loop
@@ -97,61 +70,23 @@ extension EventLoop {
         }
     }
 
-    /// Subscribes a connection to every topic its token allows, or to none: the reply comes first, then the last
-    /// value of each new topic, by the same coalesced replay as on the update socket.
+    /// Subscribes a connection to every topic its token allows, or to none (GatewayTable.swift): the reply comes
+    /// first, then the last value of each new topic, by the same coalesced replay as on the update socket.
     private func subscribe(_ id: ConnectionID, to topics: [Topic], requestID: JSON?) {
-        guard var peer = gateway.peers[id] else { return }
-        if let refused = topics.first(where: { !Authorization.allowsSubscription(to: $0.bytes, by: peer.access) }) {
-            metrics.refusedSubscription()
-            metrics.request(nil, failed: .forbidden)
-            deliver(
-                Codec.encodeReply(
-                    id: requestID,
-                    .failure(
-                        PresenceError(
-                            .forbidden,
-                            "subscribing to \(refused.text) is not allowed for this token: a user token may subscribe "
-                                + "to exact topics only (presence/<user>/, group/<id>/, broker/)"))), to: id)
-            return
-        }
-        let new = Set(topics.map(\.bytes)).subtracting(peer.topics)
-        guard peer.topics.count + new.count <= configuration.webSocket.maxSubscriptions else {
-            metrics.request(nil, failed: .limit)
-            deliver(
-                Codec.encodeReply(
-                    id: requestID,
-                    .failure(
-                        PresenceError(
-                            .limit,
-                            "a connection subscribes to at most \(configuration.webSocket.maxSubscriptions) topics")
-                    )), to: id)
-            return
-        }
-        for topic in topics where new.contains(topic.bytes) {
-            peer.topics.insert(topic.bytes)
-            if topic == .allPresence {
-                gateway.allPresence.insert(id)
-            } else {
-                gateway.subscribers[topic.bytes, default: []].insert(id)
+        switch gateway.subscribe(id, to: topics, maxTopics: configuration.webSocket.maxSubscriptions) {
+        case nil: return
+        case .failure(let error)?:
+            if error.code == .forbidden { metrics.refusedSubscription() }
+            metrics.request(nil, failed: error.code)
+            deliver(Codec.encodeReply(id: requestID, .failure(error)), to: id)
+        case .success(let new)?:
+            deliver(Codec.encodeGatewayReply(id: requestID), to: id)
+            let now = loopBeat.now
+            for topic in new where topic != .allPresence {
+                logger.debug("websocket subscribed", metadata: ["connection": "\(id)", "topic": "\(topic.text)"])
+                if replays.request(topic, now: now) { replay(topic) }
             }
         }
-        gateway.peers[id] = peer
-        deliver(Codec.encodeGatewayReply(id: requestID), to: id)
-        let now = loopBeat.now
-        for topic in topics where new.contains(topic.bytes) && topic != .allPresence {
-            logger.debug("websocket subscribed", metadata: ["connection": "\(id)", "topic": "\(topic.text)"])
-            if replays.request(topic, now: now) { replay(topic) }
-        }
-    }
-
-    private func unsubscribe(_ id: ConnectionID, from topic: [UInt8]) {
-        guard gateway.peers[id]?.topics.remove(topic) != nil else { return }
-        if topic == Topic.allPresence.bytes {
-            gateway.allPresence.remove(id)
-            return
-        }
-        gateway.subscribers[topic]?.remove(id)
-        if gateway.subscribers[topic]?.isEmpty == true { gateway.subscribers[topic] = nil }
     }
 
     /// The connection closed, or the loop closes it: its subscriptions go, and its sessions end by the close path.
@@ -159,9 +94,7 @@ extension EventLoop {
         guard gateway.peers[id] != nil else { return }
         // Its queued writes (a bye behind a large read) still count, as on the command endpoint; its reads go.
         finishDeferredWork(.webSocket(id))
-        guard let peer = gateway.peers[id] else { return }
-        for topic in peer.topics { unsubscribe(id, from: topic) }
-        gateway.peers[id] = nil
+        gateway.remove(id)
         let users = machine.connectionClosed(id, now: clock.now())
         carryOutEffects()
         logger.debug("websocket closed", metadata: ["connection": "\(id)", "users": "\(users)"])
@@ -180,9 +113,7 @@ extension EventLoop {
         peer.outbox.close(
             code: GatewayCloseCode.tooSlow,
             reason: "too slow: more than \(peer.outbox.limitBytes) bytes waited for this connection")
-        for topic in peer.topics { unsubscribe(id, from: topic) }
-        gateway.peers[id]?.dropping = true
-        gateway.dropping.append(id)
+        gateway.markDropping(id)
     }
 
     /// Drops the connections closed for being too slow since the last round.
