@@ -5,11 +5,6 @@ import ZeroMQ
 /// The loop's side of the connection tracking (see ``ConnectionTracker``): reading the socket monitor, asking the
 /// tracker about requests, and ending the sessions of connections that closed.
 extension EventLoop {
-    /// How long after a connection closes the broker gives freed memory back to the system.
-    static let trimDelayMilliseconds: Int64 = 1_000
-    /// How long the trim may wait for a round without requests, after it is due.
-    static let trimPostponeMilliseconds: Int64 = 10_000
-
     /// Reads every pending connection event.
     func handleConnectionEvents() throws {
         while let event = try monitor.receiveMonitorEvent() {
@@ -23,7 +18,7 @@ extension EventLoop {
                 // libzmq frees the connection's pipes (and any unread replies or unfinished message in them) just
                 // after this event; a second later (or when the loop is next quiet, at most 10 s after that), the
                 // broker hands free memory back to the system.
-                if trimAt == nil { trimAt = clock.now() + Self.trimDelayMilliseconds }
+                schedule.connectionClosed(now: clock.now())
             default:
                 continue
             }

@@ -41,10 +41,8 @@ final class EventLoop {
     /// The machine's effects being carried out, swapped with its buffer so that both keep their capacity.
     var carrying: [BrokerMachine.Effect] = []
     var isCarrying = false
-    /// When the broker's own heartbeat next goes out on `broker/`.
-    var nextHeartbeat = BrokerTime(milliseconds: 0)
-    /// When the changes noted so far go to the store.
-    var nextWrite: BrokerTime?
+    /// The heartbeat, store and trim timers (Machine/LoopSchedule.swift).
+    var schedule: LoopSchedule
     let metrics = BrokerMetrics()
     let mailbox: LoopMailbox
     let loopBeat: LoopHeartbeat
@@ -66,10 +64,6 @@ final class EventLoop {
     var pending = PendingPublications()
     /// Last values and heartbeats asked for by subscriptions, at most one per topic per interval.
     var replays = ReplayCoalescer(interval: BrokerConfiguration.replayIntervalMilliseconds)
-    /// When to give freed memory back to the system, after connections closed (see Allocator.swift).
-    var trimAt: BrokerTime?
-    /// The latest a trim waits for a quiet round.
-    var trimLatest: BrokerTime?
     /// Expensive requests waiting for their turn, per connection (EventLoop+Fairness.swift).
     var deferred = FairQueue<FairnessKey, DeferredWork>()
     /// WebSocket connections and their subscriptions (EventLoop+Gateway.swift).
@@ -119,6 +113,9 @@ final class EventLoop {
         let publishing: Publishing =
             cluster.map { .cluster(ClusterSide(nodeID: $0.settings.nodeID, presence: configuration.presence)) }
             ?? .local
+        schedule = LoopSchedule(
+            heartbeatMilliseconds: configuration.brokerHeartbeatMilliseconds,
+            writeIntervalMilliseconds: configuration.writeIntervalMilliseconds, start: clock.now())
         machine = BrokerMachine(
             configuration: configuration, epoch: epoch, core: core, publishing: publishing,
             logsSessionSteps: logger.logLevel <= .debug)
@@ -165,7 +162,6 @@ final class EventLoop {
     private func turn(until stopping: borrowing Atomic<Bool>) throws {
         // With CURVE: the ZAP handler (4) and the XPUB's monitor (5).
         var poller = Poller([router, xpub, wake, monitor] + [zap, xpubMonitor].compactMap { $0 })
-        nextHeartbeat = clock.now()
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let ready = try poller.poll(timeout: pollTimeout())
             let started = ContinuousClock.now
@@ -209,10 +205,7 @@ final class EventLoop {
     /// The earliest of the core's next deadline, the broker heartbeat and the next store write, on the broker's
     /// clock. (Coalesced replays wait on the monotonic clock: ``pollTimeout()``.)
     var nextDeadline: BrokerTime {
-        var deadline = min(machine.nextDeadline ?? nextHeartbeat, nextHeartbeat)
-        if let nextWrite { deadline = min(deadline, nextWrite) }
-        if let trimAt { deadline = min(deadline, trimAt) }
-        return deadline
+        schedule.nextDeadline(with: machine.nextDeadline)
     }
 
     /// The longest wait for sockets: the loop finishes a round at least this often, so that health checks and
@@ -239,38 +232,22 @@ final class EventLoop {
         machine.tick(now: now)
         carryOutEffects()
         publishDueReplays()
-        if now >= nextHeartbeat {
-            enqueue(Topic.broker.bytes, .heartbeat)
-            nextHeartbeat = now + configuration.brokerHeartbeatMilliseconds
-        }
+        if schedule.heartbeatDue(now: now) { enqueue(Topic.broker.bytes, .heartbeat) }
         if let writer, writer.takeSnapshotRequest() {
             // The database file was made anew: it gets the whole state, and the next batches build on it.
             writer.enqueue(everything(now: now))
         }
-        if let writer, machine.core.hasChanges {
-            // Changes go to the store once per write interval, in one batch, without waiting for it.
-            if let due = nextWrite, now >= due {
-                writer.enqueue(batch(now: now))
-                nextWrite = nil
-            } else if nextWrite == nil {
-                nextWrite = now + configuration.writeIntervalMilliseconds
-            }
+        // Changes go to the store once per write interval, in one batch, without waiting for it.
+        if let writer, schedule.writeDue(now: now, hasChanges: machine.core.hasChanges) {
+            writer.enqueue(batch(now: now))
         }
     }
 
-    /// Gives freed memory back to the system once connections closed (Allocator.swift), at a quiet round: while
-    /// the loop is `busy`, maybe with the closed connections' last requests, whose replies it frees, it waits, for
-    /// at most ``trimPostponeMilliseconds``.
+    /// Gives freed memory back to the system once connections closed (Allocator.swift), when the schedule says.
     func trimIfDue(now: BrokerTime, busy: Bool) {
-        guard let due = trimAt, now >= due else { return }
-        if busy && now < (trimLatest ?? now + Self.trimPostponeMilliseconds) {
-            trimLatest = trimLatest ?? now + Self.trimPostponeMilliseconds
-            trimAt = now + 100
-        } else {
-            (trimAt, trimLatest) = (nil, nil)
-            Allocator.giveBackFreeMemory()
-            logger.debug("freed memory given back", metadata: ["ms": "\(clock.now() - now)"])
-        }
+        guard schedule.trimDue(now: now, busy: busy) else { return }
+        Allocator.giveBackFreeMemory()
+        logger.debug("freed memory given back", metadata: ["ms": "\(clock.now() - now)"])
     }
 
     /// Test mode: moves the manual clock to `target`, stopping at each of the core's deadlines on the way so that
