@@ -7,7 +7,7 @@ import ZeroMQ
 extension EventLoop {
     /// Reads every pending connection event.
     func handleConnectionEvents() throws {
-        while let event = try monitor.receiveMonitorEvent() {
+        while let event = try sockets.monitor.receiveMonitorEvent() {
             let closed: [ConnectionTracker.Connection]
             switch event.kind {
             case .accepted:

@@ -54,9 +54,9 @@ extension EventLoop {
     /// mark, and nothing was sent.
     private func transmit(_ topic: [UInt8], _ body: PendingPublications.Body) -> Transmission {
         do {
-            guard try xpub.send(topic, more: true) else { return .full }
+            guard try sockets.xpub.send(topic, more: true) else { return .full }
             // Once the first frame is queued the second always is: a high-water mark counts whole messages.
-            try xpub.send(bytes(of: body))
+            try sockets.xpub.send(bytes(of: body))
             return .sent
         } catch {
             logger.error(
@@ -70,9 +70,9 @@ extension EventLoop {
     private func transmitLossily(_ topic: [UInt8], _ body: PendingPublications.Body) {
         pending.dropped += 1
         do {
-            try xpub.set(.xpubNoDrop(false))
-            defer { try? xpub.set(.xpubNoDrop(true)) }
-            if try xpub.send(topic, more: true) { try xpub.send(bytes(of: body)) }
+            try sockets.xpub.set(.xpubNoDrop(false))
+            defer { try? sockets.xpub.set(.xpubNoDrop(true)) }
+            if try sockets.xpub.send(topic, more: true) { try sockets.xpub.send(bytes(of: body)) }
         } catch {
             logger.error(
                 "publishing failed",

@@ -14,7 +14,7 @@ extension EventLoop {
         for _ in 0..<Self.batch {
             guard deferred.bytes < Self.maxDeferredBytes else { return }
             guard
-                let (frames, truncated) = try router.receiveMessage(
+                let (frames, truncated) = try sockets.router.receiveMessage(
                     maxFrames: Self.maxFrames, sourceDescriptor: true, userID: authorizedKeys != nil)
             else { return }
             handle(frames, truncated: truncated)
@@ -111,7 +111,7 @@ extension EventLoop {
         }
         do {
             // ROUTER drops replies to peers that are gone or not reading; it never blocks.
-            try router.send(message: envelope + [reply])
+            try sockets.router.send(message: envelope + [reply])
         } catch {
             logger.error("reply failed", metadata: ["error": "\(error)"])
         }

@@ -14,7 +14,7 @@ import ZeroMQ
 extension EventLoop {
     /// Answers the ZAP requests waiting: a REP socket, so each gets its reply before the next is read.
     func handleAuthentication() throws {
-        guard let zap else { return }
+        guard let zap = sockets.zap else { return }
         for _ in 0..<Self.batch {
             guard let (frames, _) = try zap.receiveMessage(maxFrames: 8) else { return }
             try zap.send(message: authenticate(frames.map(\.bytes)))

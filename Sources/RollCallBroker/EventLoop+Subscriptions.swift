@@ -20,7 +20,7 @@ extension EventLoop {
     func handleSubscriptions() throws {
         let manual = authorizedKeys != nil
         for _ in 0..<Self.batch {
-            guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1, userID: manual) else {
+            guard let (frames, _) = try sockets.xpub.receiveMessage(maxFrames: 1, userID: manual) else {
                 if manual { subscriptionGate.drained() }
                 return
             }
@@ -54,7 +54,7 @@ extension EventLoop {
     /// XPUB is read empty. libzmq writes the event before it tells the XPUB to free the connection, so a connection
     /// freed before a subscription is applied has always been seen here by then.
     func noteSubscriberDisconnects() throws {
-        guard let xpubMonitor else { return }
+        guard let xpubMonitor = sockets.xpubMonitor else { return }
         while let event = try xpubMonitor.receiveMonitorEvent() {
             switch event.kind {
             case .handshakeSucceeded:
@@ -133,7 +133,7 @@ extension EventLoop {
             return false
         case .apply:
             do {
-                try xpub.set(bytes[0] == 1 ? .subscribe(Array(topic)) : .unsubscribe(Array(topic)))
+                try sockets.xpub.set(bytes[0] == 1 ? .subscribe(Array(topic)) : .unsubscribe(Array(topic)))
             } catch {
                 logger.error("(un)subscribe failed", metadata: ["error": "\(error)"])
                 return false

@@ -14,14 +14,7 @@ import ZeroMQ
 final class EventLoop {
     let configuration: BrokerConfiguration
     let epoch: String
-    let router: Socket
-    let xpub: Socket
-    let wake: Socket
-    let monitor: Socket
-    /// The ZAP handler's socket (RFC 27), with CURVE only: every handshake on either endpoint asks it.
-    let zap: Socket?
-    /// The XPUB's socket monitor, with CURVE only: subscribers that disconnect (EventLoop+Subscriptions.swift).
-    let xpubMonitor: Socket?
+    let sockets: LoopSockets
     /// The keys that may connect and their roles, with CURVE only (`nil`: every peer may do everything). SIGHUP
     /// replaces it (``replace(authorizedKeys:)``).
     var authorizedKeys: AuthorizedKeys?
@@ -81,17 +74,13 @@ final class EventLoop {
         cluster: ClusterLink? = nil
     ) throws {
         self.cluster = cluster
-        self.zap = zap
-        self.xpubMonitor = xpubMonitor
+        sockets = LoopSockets(
+            router: router, xpub: xpub, wake: wake, monitor: monitor, zap: zap, xpubMonitor: xpubMonitor)
         self.authorizedKeys = configuration.curve?.authorizedKeys
         self.mailbox = mailbox
         self.loopBeat = heartbeat
         self.configuration = configuration
         self.epoch = epoch
-        self.router = router
-        self.xpub = xpub
-        self.wake = wake
-        self.monitor = monitor
         self.logger = logger
         var core = PresenceCore(configuration: configuration.presence)
         if let store {
@@ -129,16 +118,7 @@ final class EventLoop {
         defer {
             // Revokes the node's lease: its sessions end everywhere at once (node_lost).
             cluster?.node.stop()
-            // Monitors stop before their readers and sockets close: libzmq's I/O thread sends monitor events with a
-            // blocking send, and one sent to a closed reader would block it, and the context's termination, for good.
-            try? router.stopMonitor()
-            if xpubMonitor != nil { try? xpub.stopMonitor() }
-            router.close()
-            xpub.close()
-            wake.close()
-            monitor.close()
-            zap?.close()
-            xpubMonitor?.close()
+            sockets.close()
         }
         do {
             try turn(until: stopping)
@@ -160,20 +140,19 @@ final class EventLoop {
     }
 
     private func turn(until stopping: borrowing Atomic<Bool>) throws {
-        // With CURVE: the ZAP handler (4) and the XPUB's monitor (5).
-        var poller = Poller([router, xpub, wake, monitor] + [zap, xpubMonitor].compactMap { $0 })
+        var poller = LoopSockets.ReadinessPoller(sockets)
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let ready = try poller.poll(timeout: pollTimeout())
             let started = ContinuousClock.now
-            if ready[2] {
-                try wake.drain()
+            if ready.wake {
+                try sockets.wake.drain()
                 for job in mailbox.take() { job(self) }
             }
             if cluster != nil { takeClusterNotifications() }
             if !gateway.dropping.isEmpty { dropSlowGatewayConnections() }
             // Handshakes first: a client waits for the answer before it can send anything.
-            if zap != nil && ready[4] { try handleAuthentication() }
-            if xpubMonitor != nil && ready[5] {
+            if ready.handshakes { try handleAuthentication() }
+            if ready.subscriberDisconnects {
                 // A subscriber left: what waits in the XPUB now is read at once and refused, so that the gate is
                 // safe again for the next subscription.
                 try noteSubscriberDisconnects()
@@ -181,12 +160,12 @@ final class EventLoop {
             }
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
-            if ready[0] { try handleRequests() }
+            if ready.requests { try handleRequests() }
             if hasDeferredWork { handleDeferredWork() }
-            if ready[3] { try handleConnectionEvents() }
-            if ready[1] { try handleSubscriptions() }
+            if ready.connectionEvents { try handleConnectionEvents() }
+            if ready.subscriptions { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
-            trimIfDue(now: clock.now(), busy: ready[0] || hasDeferredWork)
+            trimIfDue(now: clock.now(), busy: ready.requests || hasDeferredWork)
             if machine.core.recordsSessionEvents {
                 machine.noteSessionEvents(now: clock.now())
                 carryOutEffects()
