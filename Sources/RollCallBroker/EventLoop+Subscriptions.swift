@@ -5,9 +5,6 @@ import RollCallWire
 import ZeroMQ
 
 extension EventLoop {
-    /// The most distinct topics counted for the `rollcall_subscriptions` gauge, so that counting is bounded too.
-    static let trackedTopicLimit = 1_000_000
-
     /// Reads subscription changes from the XPUB. A subscription to `presence/<user>/` makes the broker publish that
     /// user's record (last value on subscribe), one to `group/<id>/` the group's aggregate, one to `broker/` a
     /// heartbeat; XPUB_VERBOSE passes every subscription, also a topic's second subscriber. These replays are
@@ -35,10 +32,12 @@ extension EventLoop {
             }
             let topicBytes = frames[0].bytes.dropFirst()
             guard first == 1 else {
-                noteUnsubscribed(topicBytes, manual: manual)
+                if subscribedTopics.unsubscribed(topicBytes) {
+                    logger.debug("topic has no subscriber left", metadata: ["topic": "\(Self.printable(topicBytes))"])
+                }
                 continue
             }
-            noteSubscribed(topicBytes, manual: manual)
+            subscribedTopics.subscribed(topicBytes)
             guard let topic = Topic(subscription: topicBytes) else { continue }
             switch topic {
             case .allPresence:
@@ -65,31 +64,6 @@ extension EventLoop {
             default:
                 break
             }
-        }
-    }
-
-    /// Counts a topic's subscriber for the `rollcall_subscriptions` gauge. Without manual mode XPUB passes every
-    /// subscription (verbose) but an unsubscription only when a topic's last subscriber leaves, so a set suffices;
-    /// in manual mode every unsubscription is passed, so subscribers are counted per topic.
-    private func noteSubscribed(_ topic: ArraySlice<UInt8>, manual: Bool) {
-        let key = Array(topic)
-        guard subscribedTopics.count < Self.trackedTopicLimit || subscribedTopics.contains(key) else { return }
-        subscribedTopics.insert(key)
-        if manual { manualSubscriberCounts[key, default: 0] += 1 }
-    }
-
-    private func noteUnsubscribed(_ topic: ArraySlice<UInt8>, manual: Bool) {
-        let key = Array(topic)
-        if manual {
-            guard let count = manualSubscriberCounts[key] else { return }
-            guard count <= 1 else {
-                manualSubscriberCounts[key] = count - 1
-                return
-            }
-            manualSubscriberCounts[key] = nil
-        }
-        if subscribedTopics.remove(key) != nil {
-            logger.debug("topic has no subscriber left", metadata: ["topic": "\(Self.printable(topic))"])
         }
     }
 

@@ -25,8 +25,6 @@ final class EventLoop {
     var subscriptionWarnings = WarningThrottle()
     /// The descriptors of XPUB connections whose handshake succeeded (CURVE only): only they can have subscriptions.
     var xpubSubscribers = Set<Int32>()
-    /// Subscribers per topic in manual mode, for the gauge (manual mode reports every unsubscription).
-    var manualSubscriberCounts: [[UInt8]: Int] = [:]
     let logger: Logger
     var clock: BrokerClock
     /// The broker's decisions (Machine/BrokerMachine.swift); the loop feeds it and carries out its effects.
@@ -46,8 +44,8 @@ final class EventLoop {
     /// The latest records published, for the status page.
     var recentRecords = Deque<PresenceRecord>()
     static let recentLimit = 50
-    /// Topics that have at least one subscriber, as the XPUB reports them.
-    var subscribedTopics = Set<[UInt8]>()
+    /// Topics that have at least one subscriber, as the XPUB reports them (Machine/TopicCounts.swift).
+    var subscribedTopics: TopicCounts
     let writer: StoreWriter?
     /// The ROUTER's connections, from the socket monitor (ConnectionTracker.swift, EventLoop+Connections.swift).
     var connections = ConnectionTracker()
@@ -74,6 +72,7 @@ final class EventLoop {
         cluster: ClusterLink? = nil
     ) throws {
         self.cluster = cluster
+        subscribedTopics = TopicCounts(manual: configuration.curve?.authorizedKeys != nil)
         sockets = LoopSockets(
             router: router, xpub: xpub, wake: wake, monitor: monitor, zap: zap, xpubMonitor: xpubMonitor)
         self.authorizedKeys = configuration.curve?.authorizedKeys
