@@ -203,7 +203,9 @@ let package = Package(
             name: "RollCallSecurityTests", dependencies: ["RollCallSecurity", "RollCallCore", "RollCallWire", "ZeroMQ"]),
         .testTarget(
             name: "RollCallBrokerTests",
-            dependencies: ["RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallSecurity", "RollCallWire"]),
+            dependencies: [
+                "RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallSecurity", "RollCallWire", "ZeroMQ",
+            ]),
         .testTarget(
             name: "RollCallGatewayTests",
             dependencies: [

@@ -15,7 +15,7 @@ extension EventLoop {
             guard deferred.bytes < Self.maxDeferredBytes else { return }
             guard
                 let (frames, truncated) = try sockets.router.receiveMessage(
-                    maxFrames: Self.maxFrames, sourceDescriptor: true, userID: authorizedKeys != nil)
+                    maxFrames: Self.maxFrames, sourceDescriptor: true, userID: curve.keys != nil)
             else { return }
             handle(frames, truncated: truncated)
         }

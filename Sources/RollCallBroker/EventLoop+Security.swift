@@ -21,56 +21,31 @@ extension EventLoop {
         }
     }
 
-    /// The ZAP reply to one request: version, request id, status code and text, user id, metadata.
+    /// The ZAP reply to one request (Machine/CurveGate.swift); a refusal is counted and logged at most every 10 s.
     private func authenticate(_ request: [[UInt8]]) -> [[UInt8]] {
-        // 1.0, request id, domain, address, routing id, mechanism, then the mechanism's credentials.
-        guard request.count >= 6, request[0] == Array("1.0".utf8) else {
-            return [
-                Array("1.0".utf8), request.count > 1 ? request[1] : [], Array("500".utf8),
-                Array("malformed ZAP request".utf8), [], [],
-            ]
-        }
-        let version = request[0]
-        let id = request[1]
-        func refuse(_ reason: String) -> [[UInt8]] {
+        let answer = curve.zapReply(to: request)
+        if let reason = answer.refusal {
             metrics.refusedHandshake()
-            let now = clock.now()
-            if handshakeWarnings.allows(now: now) {
+            if handshakeWarnings.allows(now: clock.now()) {
+                let address = request.count > 3 ? String(decoding: request[3], as: UTF8.self) : "-"
                 logger.warning(
                     "handshake refused (logged at most every 10 s; rollcall_handshakes_refused_total counts them)",
-                    metadata: ["reason": "\(reason)", "address": "\(String(decoding: request[3], as: UTF8.self))"])
+                    metadata: ["reason": "\(reason)", "address": "\(address)"])
             }
-            return [version, id, Array("400".utf8), Array(reason.utf8), [], []]
+        } else {
+            logger.debug("handshake accepted")
         }
-        guard request[5] == Array("CURVE".utf8), request.count == 7, request[6].count == 32 else {
-            return refuse("only CURVE is accepted")
-        }
-        guard let text = Curve.z85(request[6]), let key = CurveKey(text) else { return refuse("unreadable key") }
-        guard authorizedKeys?.role(of: key) != nil else { return refuse("key \(key) is not authorized") }
-        logger.debug("handshake accepted", metadata: ["key": "\(key)"])
-        return [version, id, Array("200".utf8), Array("OK".utf8), Array(text.utf8), []]
+        return answer.reply
     }
 
-    /// What the connection a message came on may do: everything without CURVE; with CURVE, what its key's role in
-    /// the current table allows, or nothing if the key has been removed since it connected.
-    func access(userID: String?) -> Access {
-        guard let authorizedKeys else { return .open }
-        guard let userID, let key = CurveKey(userID), let role = authorizedKeys.role(of: key) else { return .revoked }
-        return .role(role)
-    }
+    /// What the connection a message came on may do (``CurveGate/access(userID:)``).
+    func access(userID: String?) -> Access { curve.access(userID: userID) }
 
     /// Takes a reloaded table: handshakes and messages from now on are checked against it.
     func replace(authorizedKeys keys: AuthorizedKeys) {
-        guard authorizedKeys != nil else { return }
-        let before = authorizedKeys?.roles ?? [:]
-        let removed = before.keys.filter { keys.roles[$0] == nil }.count
-        let added = keys.roles.keys.filter { before[$0] == nil }.count
-        authorizedKeys = keys
+        guard let (added, removed) = curve.replace(with: keys) else { return }
         logger.info(
             "authorized keys replaced",
-            metadata: [
-                "keys": "\(keys.roles.count)", "added": "\(added)",
-                "removed": "\(removed)",
-            ])
+            metadata: ["keys": "\(keys.roles.count)", "added": "\(added)", "removed": "\(removed)"])
     }
 }

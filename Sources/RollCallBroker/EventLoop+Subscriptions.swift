@@ -15,7 +15,7 @@ extension EventLoop {
     /// message, since libzmq applies it to the connection that sent the last one read (libzmq#1568), as far as
     /// ``ManualSubscriptionGate`` finds it safe.
     func handleSubscriptions() throws {
-        let manual = authorizedKeys != nil
+        let manual = curve.keys != nil
         for _ in 0..<Self.batch {
             guard let (frames, _) = try sockets.xpub.receiveMessage(maxFrames: 1, userID: manual) else {
                 if manual { subscriptionGate.drained() }

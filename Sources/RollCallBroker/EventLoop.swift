@@ -15,9 +15,8 @@ final class EventLoop {
     let configuration: BrokerConfiguration
     let epoch: String
     let sockets: LoopSockets
-    /// The keys that may connect and their roles, with CURVE only (`nil`: every peer may do everything). SIGHUP
-    /// replaces it (``replace(authorizedKeys:)``).
-    var authorizedKeys: AuthorizedKeys?
+    /// With CURVE: who may connect and what each connection may do (Machine/CurveGate.swift).
+    var curve: CurveGate
     /// Refused handshakes are logged at most every 10 s.
     var handshakeWarnings = WarningThrottle()
     /// What may be applied in the XPUB's manual mode (CURVE), and when a subscriber's stray message was last logged.
@@ -75,7 +74,7 @@ final class EventLoop {
         subscribedTopics = TopicCounts(manual: configuration.curve?.authorizedKeys != nil)
         sockets = LoopSockets(
             router: router, xpub: xpub, wake: wake, monitor: monitor, zap: zap, xpubMonitor: xpubMonitor)
-        self.authorizedKeys = configuration.curve?.authorizedKeys
+        curve = CurveGate(keys: configuration.curve?.authorizedKeys)
         self.mailbox = mailbox
         self.loopBeat = heartbeat
         self.configuration = configuration
