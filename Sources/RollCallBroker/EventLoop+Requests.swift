@@ -5,9 +5,6 @@ import RollCallWire
 import ZeroMQ
 
 extension EventLoop {
-    /// The most frames a request message may have: routing id, a REQ delimiter or a short routing stack, a body.
-    static let maxFrames = 8
-
     /// Handles the requests waiting on the ROUTER, up to a batch. Expensive ones are queued (see
     /// EventLoop+Fairness.swift); none are read while the queue holds too many bytes.
     func handleRequests() throws {
@@ -15,7 +12,7 @@ extension EventLoop {
             guard deferred.bytes < Self.maxDeferredBytes else { return }
             guard
                 let (frames, truncated) = try sockets.router.receiveMessage(
-                    maxFrames: Self.maxFrames, sourceDescriptor: true, userID: curve.keys != nil)
+                    maxFrames: RequestFrames.maxFrames, sourceDescriptor: true, userID: curve.keys != nil)
             else { return }
             handle(frames, truncated: truncated)
         }
@@ -24,30 +21,16 @@ extension EventLoop {
     /// Answers one request exactly once, on the envelope it came with: at once, or, when it is expensive or its
     /// connection already waits for an expensive answer, later and in order (EventLoop+Fairness.swift).
     func handle(_ frames: [Socket.Frame], truncated: Bool) {
-        // [routing id][...routing stack...][empty delimiter][body] from REQ; [routing id][body] from DEALER.
-        var bodyStart = 1
-        if let delimiter = frames.dropFirst().firstIndex(where: { $0.bytes.isEmpty }) { bodyStart = delimiter + 1 }
+        let split = RequestFrames(sizes: frames.map(\.bytes.count))
+        let (bodyStart, bodies) = (split.bodyStart, split.bodies)
         let envelope = frames[..<bodyStart].map(\.bytes)
-        let bodies = frames.count - bodyStart
         let work: Work
-        if truncated || bodies != 1 {
-            metrics.request(nil, failed: .badRequest)
-            let detail =
-                truncated ? "this message had more than \(Self.maxFrames) frames" : "this message had \(bodies)"
-            work = .answer(
-                Codec.encodeReply(
-                    id: nil,
-                    .failure(PresenceError(.badRequest, "a request is one body frame after the envelope; \(detail)"))))
-        } else if frames[bodyStart].bytes.count > configuration.maxMessageBytes {
-            metrics.request(nil, failed: .tooLarge)
-            work = .answer(
-                Codec.encodeReply(
-                    id: nil,
-                    .failure(
-                        PresenceError(
-                            .tooLarge,
-                            "request of \(frames[bodyStart].bytes.count) bytes; at most \(configuration.maxMessageBytes)"
-                        ))))
+        if let refusal = split.refusal(
+            bodyBytes: bodies == 1 ? frames[bodyStart].bytes.count : nil, truncated: truncated,
+            maxBytes: configuration.maxMessageBytes)
+        {
+            metrics.request(nil, failed: refusal.code)
+            work = .answer(Codec.encodeReply(id: nil, .failure(refusal)))
         } else {
             let connection: ConnectionID?
             do {
