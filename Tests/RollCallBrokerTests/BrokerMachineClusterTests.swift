@@ -16,6 +16,16 @@ struct BrokerMachineClusterTests {
         effects.compactMap { if case .clusterWrite(let write) = $0 { write } else { nil } }
     }
 
+    /// Another node's session of carol, online since 10 ms, as etcd's revision 40 brings it; its key.
+    static func carolOnline(on node: inout Scripted) -> ClusterKeys.SessionKey {
+        let key = ClusterKeys.SessionKey(incarnation: incarnation, id: "3")
+        let value = ClusterValues.encode(
+            PresenceCore.SessionDescription(user: "carol".id, status: .online), at: BrokerTime(milliseconds: 10))
+        node.machine.applyClusterChanges([.sessionPut(key, value: value, revision: 40)], now: node.now)
+        _ = node.effects()
+        return key
+    }
+
     static func hasPublication(_ effects: [BrokerMachine.Effect]) -> Bool {
         effects.contains {
             switch $0 {
@@ -133,11 +143,7 @@ struct BrokerMachineClusterTests {
     /// in the key, not this node's clock.
     @Test func endingTakesTheReasonAndTimeItsNodeWrote() {
         var node = Scripted(cluster: true)
-        let key = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "3")
-        let value = ClusterValues.encode(
-            PresenceCore.SessionDescription(user: "carol".id, status: .online), at: BrokerTime(milliseconds: 10))
-        node.machine.applyClusterChanges([.sessionPut(key, value: value, revision: 40)], now: node.now)
-        _ = node.effects()
+        let key = Self.carolOnline(on: &node)
         let ending = ClusterValues.encode(ClusterValues.Ending(reason: .timeout, time: BrokerTime(milliseconds: 90)))
         node.machine.applyClusterChanges(
             [.sessionEnded(key, .ended, revision: 41), .userPut("carol", value: ending, revision: 41)], now: node.now)
@@ -225,11 +231,7 @@ struct BrokerMachineClusterTests {
     /// The sessions of a lost node end on this node's view with reason `node_lost`.
     @Test func lostNodesSessionsEnd() {
         var node = Scripted(cluster: true)
-        let key = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "3")
-        let value = ClusterValues.encode(
-            PresenceCore.SessionDescription(user: "carol".id, status: .online), at: BrokerTime(milliseconds: 10))
-        node.machine.applyClusterChanges([.sessionPut(key, value: value, revision: 40)], now: node.now)
-        _ = node.effects()
+        let key = Self.carolOnline(on: &node)
         node.machine.applyClusterChanges([.sessionEnded(key, .nodeLost, revision: 50)], now: node.now)
         let records = node.published()
         #expect(records.map(\.reason) == [.nodeLost])
