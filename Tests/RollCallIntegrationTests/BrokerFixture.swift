@@ -14,7 +14,7 @@ import ZeroMQ
 func pause(milliseconds: Int) { usleep(useconds_t(milliseconds * 1_000)) }
 
 /// A broker running in this process on free loopback ports, for the length of one test.
-struct TestBroker: Sendable {
+struct InProcessBroker: Sendable {
     let broker: Broker
     var command: String { broker.commandEndpoint }
     var update: String { broker.updateEndpoint }
@@ -37,7 +37,7 @@ struct TestBroker: Sendable {
 /// Runs `body` with a fresh broker and stops it afterwards, even when `body` throws.
 func withBroker<T>(
     _ configure: (inout BrokerConfiguration) -> Void = { _ in },
-    _ body: (TestBroker) async throws -> T
+    _ body: (InProcessBroker) async throws -> T
 ) async throws -> T {
     var configuration = BrokerConfiguration()
     configuration.commandEndpoint = "tcp://127.0.0.1:*"
@@ -54,7 +54,7 @@ func withBroker<T>(
         try await Task.sleep(for: .milliseconds(2))
     }
     do {
-        let result = try await body(TestBroker(broker: broker))
+        let result = try await body(InProcessBroker(broker: broker))
         broker.stop()
         try await running.value
         return result

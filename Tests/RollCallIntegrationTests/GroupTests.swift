@@ -12,7 +12,7 @@ final class GroupSubscriber {
     let socket: Socket
 
     /// Subscribes and waits for each group's aggregate, so the subscriptions are known to be live.
-    init(_ broker: TestBroker, _ groups: String...) throws {
+    init(_ broker: InProcessBroker, _ groups: String...) throws {
         context = try Context()
         socket = try rawSocket(.sub, broker.update, context: context)
         for group in groups {

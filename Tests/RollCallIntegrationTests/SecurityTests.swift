@@ -45,7 +45,7 @@ extension Integration {
         /// Runs `body` with an in-process broker running CURVE with `roles`' keys (and a `stranger` key unknown to
         /// it).
         func withCurveBroker<T>(
-            _ keys: TestKeys, _ body: (TestBroker) async throws -> T
+            _ keys: TestKeys, _ body: (InProcessBroker) async throws -> T
         ) async throws -> T {
             let table = try keys.authorizedKeys(Self.roles)
             return try await withBroker({
