@@ -32,6 +32,22 @@ struct InProcessBroker: Sendable {
         }
         return subscriber
     }
+
+    /// Waits until the broker's loop reports a status (its own view: connections, sessions) that satisfies
+    /// `condition`, asking every 10 ms, failing after `seconds`.
+    func waitForStatus(seconds: Double = 5, _ condition: (BrokerStatus) -> Bool) async throws {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1_000))
+        var last: BrokerStatus?
+        while true {
+            last = await broker.status()
+            if let status = last, condition(status) { return }
+            guard ContinuousClock.now < deadline else {
+                let seen = last.map { "connections \($0.connections), sessions \($0.sessions)" } ?? "no answer"
+                throw TestFailure("broker status not as expected within \(seconds) s; last: \(seen)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
 }
 
 /// Runs `body` with a fresh broker and stops it afterwards, even when `body` throws.
@@ -85,6 +101,19 @@ extension PresenceSubscriber {
             if record.user.rawValue == user && matching(record) { return record }
         }
         throw TestFailure("no matching record of \(user) within \(timeout) ms")
+    }
+
+    /// Every record (of any subscribed user) that arrives before the first record of `marker`, which must come
+    /// within `timeout` ms: a later positive event that bounds a check that nothing else happened.
+    func records(before marker: String, timeout: Int = 3_000) throws -> [PresenceRecord] {
+        var records: [PresenceRecord] = []
+        let deadline = ContinuousClock.now + .milliseconds(timeout)
+        while ContinuousClock.now < deadline {
+            guard let record = try next(timeout: 20) else { continue }
+            if record.user.rawValue == marker { return records }
+            records.append(record)
+        }
+        throw TestFailure("no record of \(marker) within \(timeout) ms; seen before it: \(records)")
     }
 
     /// Every record that arrives within `milliseconds`.
