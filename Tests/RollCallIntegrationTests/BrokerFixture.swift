@@ -106,14 +106,20 @@ extension PresenceSubscriber {
     /// Every record (of any subscribed user) that arrives before the first record of `marker`, which must come
     /// within `timeout` ms: a later positive event that bounds a check that nothing else happened.
     func records(before marker: String, timeout: Int = 3_000) throws -> [PresenceRecord] {
+        try records(through: { $0.user.rawValue == marker }, timeout: timeout).dropLast()
+    }
+
+    /// Every record (of any subscribed user) up to and including the first that satisfies `last`, which must come
+    /// within `timeout` ms.
+    func records(through last: (PresenceRecord) -> Bool, timeout: Int = 3_000) throws -> [PresenceRecord] {
         var records: [PresenceRecord] = []
         let deadline = ContinuousClock.now + .milliseconds(timeout)
         while ContinuousClock.now < deadline {
             guard let record = try next(timeout: 20) else { continue }
-            if record.user.rawValue == marker { return records }
             records.append(record)
+            if last(record) { return records }
         }
-        throw TestFailure("no record of \(marker) within \(timeout) ms; seen before it: \(records)")
+        throw TestFailure("the awaited record did not come within \(timeout) ms; seen: \(records)")
     }
 
     /// Every record that arrives within `milliseconds`.
@@ -157,4 +163,25 @@ extension Socket {
         guard try poller.poll(timeout: timeout)[0], let message = try receiveMessage() else { return nil }
         return message.frames.map(\.bytes)
     }
+}
+
+/// Whether every established TCP connection to or from `port` on this host has nothing waiting: no byte unsent or
+/// unacknowledged on the connecting side (tx_queue) and none unread on the listening side (rx_queue), from
+/// /proc/net/tcp.
+func tcpQueuesEmpty(port: Int) -> Bool {
+    guard let file = FileHandle(forReadingAtPath: "/proc/net/tcp") else { return false }
+    let text = String(decoding: file.readDataToEndOfFile(), as: UTF8.self)
+    try? file.close()
+    for line in text.split(separator: "\n").dropFirst() {
+        let fields = line.split(separator: " ")
+        guard fields.count > 4, fields[3] == "01",
+            let local = Int(fields[1].split(separator: ":").last ?? "", radix: 16),
+            let remote = Int(fields[2].split(separator: ":").last ?? "", radix: 16)
+        else { continue }
+        let queues = fields[4].split(separator: ":").map { Int($0, radix: 16) ?? 0 }
+        guard queues.count == 2 else { continue }
+        if local == port && queues[1] != 0 { return false }
+        if remote == port && queues[0] != 0 { return false }
+    }
+    return true
 }

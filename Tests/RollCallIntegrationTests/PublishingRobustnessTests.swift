@@ -538,24 +538,3 @@ final class RawZMTPPeer {
         return true
     }
 }
-
-/// Whether every established TCP connection to or from `port` on this host has nothing waiting: no byte unsent or
-/// unacknowledged on the connecting side (tx_queue) and none unread on the listening side (rx_queue), from
-/// /proc/net/tcp.
-private func tcpQueuesEmpty(port: Int) -> Bool {
-    guard let file = FileHandle(forReadingAtPath: "/proc/net/tcp") else { return false }
-    let text = String(decoding: file.readDataToEndOfFile(), as: UTF8.self)
-    try? file.close()
-    for line in text.split(separator: "\n").dropFirst() {
-        let fields = line.split(separator: " ")
-        guard fields.count > 4, fields[3] == "01",
-            let local = Int(fields[1].split(separator: ":").last ?? "", radix: 16),
-            let remote = Int(fields[2].split(separator: ":").last ?? "", radix: 16)
-        else { continue }
-        let queues = fields[4].split(separator: ":").map { Int($0, radix: 16) ?? 0 }
-        guard queues.count == 2 else { continue }
-        if local == port && queues[1] != 0 { return false }
-        if remote == port && queues[0] != 0 { return false }
-    }
-    return true
-}

@@ -136,7 +136,7 @@ extension Integration {
         /// Speaks ZMTP 3.0 (NULL) by hand and sends empty frames flagged MORE, which no libzmq sender would put on
         /// the wire before the message ends.
         static let endlessMessage = """
-            import socket, struct, sys, time
+            import socket, struct, sys, threading
             host, port = sys.argv[1].rsplit("/", 1)[-1].split(":")
             frames = int(sys.argv[2])
             s = socket.create_connection((host, int(port)))
@@ -149,8 +149,7 @@ extension Integration {
             for _ in range(frames // 65536):
                 s.sendall(b"\\x01\\x00" * 65536)
             print("sent", flush=True)
-            while True:
-                time.sleep(1)
+            threading.Event().wait()  # holds the connection open until the test kills it
             """
 
         /// A client process frozen by SIGSTOP (its network gone, as far as the broker can tell) loses its command and
@@ -245,7 +244,7 @@ extension Integration {
 
         /// A DEALER and a SUB that say hello and wait; the test freezes the process.
         static let frozenPeer = """
-            import sys, time, zmq
+            import sys, threading, zmq
             context = zmq.Context()
             dealer = context.socket(zmq.DEALER)
             dealer.connect(sys.argv[1])
@@ -256,8 +255,7 @@ extension Integration {
             sub.connect(sys.argv[2])
             sub.recv_multipart()
             print("ready", flush=True)
-            while True:
-                time.sleep(1)
+            threading.Event().wait()  # until the test kills it
             """
     }
 }
