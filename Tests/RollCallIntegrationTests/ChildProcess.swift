@@ -75,11 +75,14 @@ final class ChildProcess: Sendable {
     }
 
     /// Waits for the process to exit and returns its status, or `nil` if it is still running after `timeout` ms.
+    /// Once it has exited, also waits (at most 2 s) until everything it wrote has been read, so that `stdout` and
+    /// `stderr` are complete.
     func waitForExit(timeout: Int) throws -> Int32? {
         let deadline = DispatchTime.now() + .milliseconds(timeout)
         while process.isRunning {
             guard changed.wait(timeout: deadline) == .success || !process.isRunning else { return nil }
         }
+        waitForOutputEnd()
         return process.terminationStatus
     }
 
@@ -111,7 +114,6 @@ extension ChildProcess {
             child.terminate()
             throw TestFailure("\(executable) \(arguments) did not finish within \(timeout) ms")
         }
-        child.waitForOutputEnd()  // the pipe handlers have delivered the last bytes
         return (status, child.stdout, child.stderr)
     }
 }
