@@ -288,17 +288,24 @@ extension Integration {
                 let bob = try client.hello(.init(user: "bob".id))
                 let watcher = try PresenceWatcher(endpoint: broker.update)
                 defer { watcher.close() }
-                let seen = Mutex<(alice: Int, bob: Set<UInt64>, markers: Int)>((0, [], 0))
+                let seen = Mutex<(alice: Int, bob: Set<UInt64>, marker: Status?)>((0, [], nil))
                 _ = watcher.observeAll { record in
                     seen.withLock { state in
                         if record.user.rawValue == "alice" { state.alice += 1 }
                         if record.user.rawValue == "bob" { state.bob.insert(record.seq) }
-                        if record.user.rawValue == "marker" { state.markers += 1 }
+                        if record.user.rawValue == "marker" { state.marker = record.status }
                     }
                 }
-                // The watcher's presence/ is live once a change of another user reaches it.
+                // The watcher's presence/ is live once a change of another user reaches it (a prefix brings no last
+                // value): the marker changes until one does, within a deadline.
                 let marker = try client.hello(.init(user: "marker".id, ttlMilliseconds: 600_000)).session
-                try await waitFor(seconds: 5) { seen.withLock { $0.markers } >= 1 }
+                var away = false
+                try await waitFor(seconds: 5) {
+                    guard seen.withLock({ $0.marker }) == nil else { return true }
+                    away.toggle()
+                    _ = try? client.setStatus(marker, away ? .away : .online)
+                    return false
+                }
                 let context = try Context()
                 let spammer = try rawSocket(.sub, broker.update, context: context)
                 try spammer.set(.receiveHighWaterMark(1))
@@ -314,8 +321,8 @@ extension Integration {
                 let spamTime = milliseconds(since: start)
                 try await waitFor(seconds: 10) { seen.withLock { $0.bob.count } >= 100 }
                 // A later change as a marker: everything published before it has reached the watcher.
-                try client.setStatus(marker, .away)
-                try await waitFor(seconds: 5) { seen.withLock { $0.markers } >= 2 }
+                try client.setStatus(marker, .busy)
+                try await waitFor(seconds: 5) { seen.withLock { $0.marker } == .busy }
                 let (alice, bobSeen) = seen.withLock { ($0.alice, $0.bob.count) }
                 print(
                     "subscription spam: 200,000 subscribes in \(Int(spamTime)) ms; the watcher saw \(bobSeen) of "
