@@ -1,6 +1,7 @@
 import Foundation
 import RollCallClient
 import RollCallCore
+import RollCallStore
 import RollCallWire
 import Synchronization
 import Testing
@@ -41,6 +42,16 @@ final class ServeProcess {
         self.child = child
     }
 
+    /// What the broker has written to its database so far, read over a connection of the test's own (WAL lets it
+    /// read beside the broker's). Opening makes the file if it is missing: check that it exists first if it matters.
+    func stored() throws -> StoredState { try SQLiteStore(directory: dataDirectory).load() }
+
+    /// Whether the database holds `user`'s record and it satisfies `matching`.
+    func stored(_ user: String, _ matching: (PresenceRecord) -> Bool = { _ in true }) -> Bool {
+        guard let state = try? stored() else { return false }
+        return state.records.contains { $0.user.rawValue == user && matching($0) }
+    }
+
     func signal(_ signal: Int32) -> Int32? {
         child?.signal(signal)
         return try? child?.waitForExit(timeout: 5_000)
@@ -75,7 +86,7 @@ extension Integration {
                 seen.withLock { $0.contains { $0.user == "alice".id && $0.status == .busy } }
             }
             try client.setStatus(bob, .away, text: "kept")
-            pause(milliseconds: 400)  // two write intervals: this change is on disk
+            try await waitFor(seconds: 5) { broker.stored("bob") { $0.status == .away && $0.text == "kept" } }
 
             #expect(broker.signal(SIGKILL) == nil || true)
             let killed = ContinuousClock.now

@@ -14,7 +14,7 @@ import ZeroMQ
 func pause(milliseconds: Int) { usleep(useconds_t(milliseconds * 1_000)) }
 
 /// A broker running in this process on free loopback ports, for the length of one test.
-struct TestBroker: Sendable {
+struct InProcessBroker: Sendable {
     let broker: Broker
     var command: String { broker.commandEndpoint }
     var update: String { broker.updateEndpoint }
@@ -32,12 +32,28 @@ struct TestBroker: Sendable {
         }
         return subscriber
     }
+
+    /// Waits until the broker's loop reports a status (its own view: connections, sessions) that satisfies
+    /// `condition`, asking every 10 ms, failing after `seconds`.
+    func waitForStatus(seconds: Double = 5, _ condition: (BrokerStatus) -> Bool) async throws {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1_000))
+        var last: BrokerStatus?
+        while true {
+            last = await broker.status()
+            if let status = last, condition(status) { return }
+            guard ContinuousClock.now < deadline else {
+                let seen = last.map { "connections \($0.connections), sessions \($0.sessions)" } ?? "no answer"
+                throw TestFailure("broker status not as expected within \(seconds) s; last: \(seen)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
 }
 
 /// Runs `body` with a fresh broker and stops it afterwards, even when `body` throws.
 func withBroker<T>(
     _ configure: (inout BrokerConfiguration) -> Void = { _ in },
-    _ body: (TestBroker) async throws -> T
+    _ body: (InProcessBroker) async throws -> T
 ) async throws -> T {
     var configuration = BrokerConfiguration()
     configuration.commandEndpoint = "tcp://127.0.0.1:*"
@@ -54,7 +70,7 @@ func withBroker<T>(
         try await Task.sleep(for: .milliseconds(2))
     }
     do {
-        let result = try await body(TestBroker(broker: broker))
+        let result = try await body(InProcessBroker(broker: broker))
         broker.stop()
         try await running.value
         return result
@@ -85,6 +101,25 @@ extension PresenceSubscriber {
             if record.user.rawValue == user && matching(record) { return record }
         }
         throw TestFailure("no matching record of \(user) within \(timeout) ms")
+    }
+
+    /// Every record (of any subscribed user) that arrives before the first record of `marker`, which must come
+    /// within `timeout` ms: a later positive event that bounds a check that nothing else happened.
+    func records(before marker: String, timeout: Int = 3_000) throws -> [PresenceRecord] {
+        try records(through: { $0.user.rawValue == marker }, timeout: timeout).dropLast()
+    }
+
+    /// Every record (of any subscribed user) up to and including the first that satisfies `last`, which must come
+    /// within `timeout` ms.
+    func records(through last: (PresenceRecord) -> Bool, timeout: Int = 3_000) throws -> [PresenceRecord] {
+        var records: [PresenceRecord] = []
+        let deadline = ContinuousClock.now + .milliseconds(timeout)
+        while ContinuousClock.now < deadline {
+            guard let record = try next(timeout: 20) else { continue }
+            records.append(record)
+            if last(record) { return records }
+        }
+        throw TestFailure("the awaited record did not come within \(timeout) ms; seen: \(records)")
     }
 
     /// Every record that arrives within `milliseconds`.
@@ -128,4 +163,25 @@ extension Socket {
         guard try poller.poll(timeout: timeout)[0], let message = try receiveMessage() else { return nil }
         return message.frames.map(\.bytes)
     }
+}
+
+/// Whether every established TCP connection to or from `port` on this host has nothing waiting: no byte unsent or
+/// unacknowledged on the connecting side (tx_queue) and none unread on the listening side (rx_queue), from
+/// /proc/net/tcp.
+func tcpQueuesEmpty(port: Int) -> Bool {
+    guard let file = FileHandle(forReadingAtPath: "/proc/net/tcp") else { return false }
+    let text = String(decoding: file.readDataToEndOfFile(), as: UTF8.self)
+    try? file.close()
+    for line in text.split(separator: "\n").dropFirst() {
+        let fields = line.split(separator: " ")
+        guard fields.count > 4, fields[3] == "01",
+            let local = Int(fields[1].split(separator: ":").last ?? "", radix: 16),
+            let remote = Int(fields[2].split(separator: ":").last ?? "", radix: 16)
+        else { continue }
+        let queues = fields[4].split(separator: ":").map { Int($0, radix: 16) ?? 0 }
+        guard queues.count == 2 else { continue }
+        if local == port && queues[1] != 0 { return false }
+        if remote == port && queues[0] != 0 { return false }
+    }
+    return true
 }

@@ -4,7 +4,9 @@ import Synchronization
 /// A real child process (the `rollcall` binary, python3) whose output the test reads line by line.
 final class ChildProcess: Sendable {
     private let process: Process
-    private let output = Mutex<(stdout: String, stderr: String)>(("", ""))
+    private let output = Mutex<(stdout: String, stderr: String, ended: Int)>(("", "", 0))
+    /// Signalled on every piece of output, at the end of each pipe and when the process exits: waits sleep on it.
+    private let changed = DispatchSemaphore(value: 0)
 
     /// Starts `executable` with `arguments`; extra environment variables are added to this process's own.
     init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
@@ -18,13 +20,27 @@ final class ChildProcess: Sendable {
         process.standardError = stderr
         process.standardInput = FileHandle.nullDevice
         self.process = process
+        let changed = changed
+        process.terminationHandler = { _ in changed.signal() }
         stdout.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let text = String(decoding: handle.availableData, as: UTF8.self)
-            self?.output.withLock { $0.stdout += text }
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil }
+            let text = String(decoding: data, as: UTF8.self)
+            self?.output.withLock {
+                $0.stdout += text
+                if data.isEmpty { $0.ended += 1 }
+            }
+            changed.signal()
         }
         stderr.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let text = String(decoding: handle.availableData, as: UTF8.self)
-            self?.output.withLock { $0.stderr += text }
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil }
+            let text = String(decoding: data, as: UTF8.self)
+            self?.output.withLock {
+                $0.stderr += text
+                if data.isEmpty { $0.ended += 1 }
+            }
+            changed.signal()
         }
         try process.run()
     }
@@ -50,23 +66,35 @@ final class ChildProcess: Sendable {
     /// Waits until standard output or error holds `text`; returns the matching line or throws after `timeout` ms.
     @discardableResult
     func waitForOutput(containing text: String, inStderr: Bool = false, timeout: Int = 5_000) throws -> String {
-        let deadline = ContinuousClock.now + .milliseconds(timeout)
-        while ContinuousClock.now < deadline {
+        let deadline = DispatchTime.now() + .milliseconds(timeout)
+        repeat {
             let all = inStderr ? stderr : stdout
             if let line = all.split(separator: "\n").first(where: { $0.contains(text) }) { return String(line) }
-            pause(milliseconds: 5)
-        }
+        } while changed.wait(timeout: deadline) == .success
         throw TestFailure("no output containing \(text) within \(timeout) ms; stdout: \(stdout) stderr: \(stderr)")
     }
 
     /// Waits for the process to exit and returns its status, or `nil` if it is still running after `timeout` ms.
+    /// Once it has exited, also waits (at most 2 s) until everything it wrote has been read, so that `stdout` and
+    /// `stderr` are complete.
     func waitForExit(timeout: Int) throws -> Int32? {
-        let deadline = ContinuousClock.now + .milliseconds(timeout)
+        let deadline = DispatchTime.now() + .milliseconds(timeout)
         while process.isRunning {
-            guard ContinuousClock.now < deadline else { return nil }
-            pause(milliseconds: 5)
+            guard changed.wait(timeout: deadline) == .success || !process.isRunning else { return nil }
         }
+        waitForOutputEnd()
         return process.terminationStatus
+    }
+
+    /// Waits until both output pipes have ended (after the process exited, all it wrote has been read); `false`
+    /// after `timeout` ms, as when a child of its own still holds them open.
+    @discardableResult
+    func waitForOutputEnd(timeout: Int = 2_000) -> Bool {
+        let deadline = DispatchTime.now() + .milliseconds(timeout)
+        repeat {
+            if output.withLock({ $0.ended }) == 2 { return true }
+        } while changed.wait(timeout: deadline) == .success
+        return output.withLock { $0.ended } == 2
     }
 
     /// Kills the process if it still runs; for clean-up after a failed test.
@@ -86,8 +114,6 @@ extension ChildProcess {
             child.terminate()
             throw TestFailure("\(executable) \(arguments) did not finish within \(timeout) ms")
         }
-        // Give the pipe handlers a moment to deliver the last bytes.
-        pause(milliseconds: 50)
         return (status, child.stdout, child.stderr)
     }
 }

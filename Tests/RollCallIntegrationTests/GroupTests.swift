@@ -12,7 +12,7 @@ final class GroupSubscriber {
     let socket: Socket
 
     /// Subscribes and waits for each group's aggregate, so the subscriptions are known to be live.
-    init(_ broker: TestBroker, _ groups: String...) throws {
+    init(_ broker: InProcessBroker, _ groups: String...) throws {
         context = try Context()
         socket = try rawSocket(.sub, broker.update, context: context)
         for group in groups {
@@ -26,13 +26,26 @@ final class GroupSubscriber {
         return try Codec.decodeGroupUpdate(frames[1])
     }
 
-    func collect(for milliseconds: Int) throws -> [GroupUpdate] {
+    /// The next update that carries a change (changed or removed members, or the deletion) within `timeout` ms;
+    /// a bare aggregate, as a subscription's last value, is skipped.
+    func nextChange(timeout: Int = 1_000) throws -> GroupUpdate {
+        try updates(
+            until: { update, _ in
+                !update.changed.isEmpty || !update.removed.isEmpty || update.deleted
+            }, timeout: timeout
+        ).last!
+    }
+
+    /// Every update up to and including the first that satisfies `last`, which must come within `timeout` ms.
+    func updates(until last: (GroupUpdate, [GroupUpdate]) -> Bool, timeout: Int = 3_000) throws -> [GroupUpdate] {
         var updates: [GroupUpdate] = []
-        let deadline = ContinuousClock.now + .milliseconds(milliseconds)
+        let deadline = ContinuousClock.now + .milliseconds(timeout)
         while ContinuousClock.now < deadline {
-            if let update = try next(timeout: 10) { updates.append(update) }
+            guard let update = try next(timeout: 10) else { continue }
+            updates.append(update)
+            if last(update, updates) { return updates }
         }
-        return updates
+        throw TestFailure("the awaited group update did not come within \(timeout) ms; seen: \(updates)")
     }
 }
 
@@ -43,9 +56,10 @@ extension String {
 extension Integration {
     @Suite("Groups over TCP")
     struct GroupTests {
-        /// Five members with three online read "3 of 5"; one going offline shows as 2 of 5 within the window.
+        /// Five members with three online read "3 of 5"; one going offline, once the creation message's window has
+        /// passed (on the test-mode clock), shows as 2 of 5 at once: well within a window.
         @Test func threeOfFiveThenTwo() async throws {
-            try await withBroker { broker in
+            try await withBroker({ $0.testMode = true }) { broker in
                 let client = try broker.client()
                 var sessions: [SessionID] = []
                 for user in ["ann", "ben", "cat"] { sessions.append(try client.hello(.init(user: user.id)).session) }
@@ -56,11 +70,10 @@ extension Integration {
                 #expect(snapshot.members.first { $0.user == "dan".id } == .unknown("dan".id))
 
                 let subscriber = try GroupSubscriber(broker, "team-7")
-                pause(milliseconds: 60)  // let the creation message's window pass
-                _ = try subscriber.collect(for: 10)
+                _ = try client.call(.advance(milliseconds: 60))  // the creation message's window passes
                 let start = ContinuousClock.now
                 try client.bye(sessions[1])
-                let update = try #require(try subscriber.next(timeout: 1_000))
+                let update = try subscriber.nextChange()
                 let elapsed = milliseconds(since: start)
                 print("group: member offline to group message in \(String(format: "%.1f", elapsed)) ms (window 50 ms)")
                 #expect(update.counts.available == 2 && update.counts.total == 5)
@@ -91,16 +104,22 @@ extension Integration {
 
         /// A member in several groups updates each of them, and no other group.
         @Test func memberOfSeveralGroups() async throws {
-            try await withBroker { broker in
+            try await withBroker({ $0.presence.groupBatchMilliseconds = 0 }) { broker in
                 let client = try broker.client()
                 _ = try client.group("g1".group, GroupEdit(members: ["ann".id, "ben".id]))
                 _ = try client.group("g2".group, GroupEdit(members: ["ann".id]))
                 _ = try client.group("g3".group, GroupEdit(members: ["ben".id]))
                 let subscriber = try GroupSubscriber(broker, "g1", "g2", "g3")
-                pause(milliseconds: 60)
-                _ = try subscriber.collect(for: 10)
                 _ = try client.hello(.init(user: "ann".id))
-                let updates = try subscriber.collect(for: 200)
+                // ann's updates, then ben's change as a marker (it updates g3): it is made only once ann's are out,
+                // so nothing of ann can hide in a message of ben's.
+                var updates = try subscriber.updates(until: { _, all in
+                    Set(all.map(\.group.rawValue)).isSuperset(of: ["g1", "g2"])
+                })
+                _ = try client.hello(.init(user: "ben".id))
+                updates += try subscriber.updates(until: { update, _ in update.group.rawValue == "g3" })
+                    .filter { !$0.changed.contains { $0.user.rawValue == "ben" } }
+                updates = updates.filter { !$0.changed.isEmpty }  // not a bare aggregate, which names nobody
                 #expect(Set(updates.map(\.group.rawValue)) == ["g1", "g2"])
                 #expect(updates.allSatisfy { $0.counts.online == 1 && $0.changed.map(\.user.rawValue) == ["ann"] })
             }
@@ -113,12 +132,12 @@ extension Integration {
             try await withBroker({ $0.presence.maxGroupSize = 1_000 }) { broker in
                 let users = (0..<1_000).map { "m\($0)".id }
                 let client = try broker.client()
+                let subscriber = try GroupSubscriber(broker, "big")
                 for chunk in stride(from: 0, to: 1_000, by: 250) {
                     _ = try client.group("big".group, GroupEdit(add: Array(users[chunk..<chunk + 250])))
                 }
-                let subscriber = try GroupSubscriber(broker, "big")
-                pause(milliseconds: 60)
-                _ = try subscriber.collect(for: 10)
+                // The edits' messages are out (the last one at the end of its window): none can mix with the burst's.
+                _ = try subscriber.updates(until: { update, _ in update.counts.total == 1_000 })
 
                 // Pipelined hellos from one DEALER: 1,000 changes as fast as the broker takes them.
                 let context = try Context()
@@ -127,7 +146,11 @@ extension Integration {
                 for user in users { try dealer.send(#"{"op":"hello","user":"\#(user)"}"#, wait: true) }
                 for _ in users { _ = try #require(try dealer.receive(timeout: 3_000)) }
                 let sendTime = milliseconds(since: start)
-                let updates = try subscriber.collect(for: 300)
+                // Up to the message that shows all 1,000 online, once every one has been named in a change.
+                let updates = try subscriber.updates(until: { update, all in
+                    update.counts == StatusCounts(online: 1_000)
+                        && Set(all.flatMap { $0.changed.map(\.user) }).count == users.count
+                })
                 let previous: [UInt64?] = [nil] + updates.map(\.seq)
                 let batches = zip(previous, updates).filter { pair in pair.0.map { $0 + 1 } != pair.1.seq }.count
                 print(
@@ -146,18 +169,17 @@ extension Integration {
             try await withBroker { broker in
                 let client = try broker.client()
                 let created = try client.group("g".group, GroupEdit(members: ["ann".id, "ben".id]))
+                // The creation message went out before this subscription; the edit's comes at its window's end.
                 let subscriber = try GroupSubscriber(broker, "g")
-                pause(milliseconds: 60)
-                _ = try subscriber.collect(for: 10)
                 _ = try client.group("g".group, GroupEdit(add: ["cat".id], remove: ["ann".id]))
-                let edit = try #require(try subscriber.next(timeout: 1_000))
+                let edit = try subscriber.nextChange()
                 #expect(edit.changed.map(\.user.rawValue) == ["cat"])
                 #expect(edit.removed.map(\.rawValue) == ["ann"])
                 #expect(edit.counts.total == 2)
                 #expect(try client.group("g".group).members.map(\.user.rawValue) == ["ben", "cat"])
 
                 #expect(try client.ungroup("g".group))
-                let deletion = try #require(try subscriber.next(timeout: 1_000))
+                let deletion = try subscriber.nextChange()
                 #expect(deletion.deleted && deletion.seq > edit.seq)
                 #expect(try client.ungroup("g".group) == false)
                 let read = try client.group("g".group)
@@ -169,10 +191,12 @@ extension Integration {
 
         /// Bad ids, duplicates, wrong types and bounds get clear errors and change nothing.
         @Test func badGroupRequestsChangeNothing() async throws {
-            try await withBroker({ $0.presence.maxGroupSize = 3 }) { broker in
+            try await withBroker({
+                $0.presence.maxGroupSize = 3
+                $0.presence.groupBatchMilliseconds = 0  // the creation message is out at once: seq has settled
+            }) { broker in
                 let client = try broker.client()
                 _ = try client.group("g".group, GroupEdit(members: ["ann".id, "ben".id]))
-                pause(milliseconds: 60)  // the creation message is out: seq has settled
                 let before = try client.group("g".group)
                 let context = try Context()
                 let dealer = try rawSocket(.dealer, broker.command, context: context)
@@ -202,7 +226,7 @@ extension Integration {
 
         /// Several observers of one group each get every update; removing one leaves the others working.
         @Test func observersOfOneGroup() async throws {
-            try await withBroker { broker in
+            try await withBroker({ $0.presence.groupBatchMilliseconds = 0 }) { broker in
                 let client = try broker.client()
                 _ = try client.group("g".group, GroupEdit(members: ["ann".id, "ben".id]))
                 let watcher = try PresenceWatcher(endpoint: broker.update)
@@ -213,17 +237,20 @@ extension Integration {
                         seen.withLock { $0[index, default: []].append(update) }
                     }
                 }
-                let deadline = ContinuousClock.now + .seconds(3)
-                while seen.withLock({ $0.values.count < 3 }) && ContinuousClock.now < deadline {
-                    pause(milliseconds: 5)
+                func available(_ index: Int) -> [Int] {
+                    seen.withLock { $0[index, default: []].map(\.counts.available) }
                 }
-                pause(milliseconds: 60)
+                try await waitFor { seen.withLock { $0.values.count } == 3 }  // each has the aggregate
                 _ = try client.hello(.init(user: "ann".id))
-                pause(milliseconds: 150)
+                try await waitFor { (0..<3).allSatisfy { available($0).contains(1) } }
                 watcher.remove(tokens[1])
-                pause(milliseconds: 20)
                 _ = try client.hello(.init(user: "ben".id, status: .busy))
-                pause(milliseconds: 150)
+                // A later edit as a marker: once 0 and 2 have it (total 3), every earlier update was dispatched to
+                // every observer still registered.
+                _ = try client.group("g".group, GroupEdit(add: ["cat".id]))
+                try await waitFor {
+                    seen.withLock { state in [0, 2].allSatisfy { state[$0, default: []].last?.counts.total == 3 } }
+                }
                 let byObserver = seen.withLock { $0 }
                 for index in [0, 2] {
                     let online = byObserver[index, default: []].map(\.counts.available)
@@ -248,11 +275,21 @@ extension Integration {
                     ])
                 defer { watch.terminate() }
                 try watch.waitForOutput(containing: "team-7: 3 of 5 online")
-                pause(milliseconds: 300)
-                let dan = try client.hello(.init(user: "dan".id)).session
-                try watch.waitForOutput(containing: "team-7: 4 of 5 online (+dan)")
+                // The command subscribes after printing that line, and nothing shows when its subscription is live:
+                // dan comes online until the command prints it (going offline again in between), within a deadline.
+                let deadline = ContinuousClock.now + .seconds(10)
+                var dan = try client.hello(.init(user: "dan".id)).session
+                while (try? watch.waitForOutput(containing: "team-7: 4 of 5 online (+dan)", timeout: 250)) == nil {
+                    guard ContinuousClock.now < deadline else { throw TestFailure("never printed: \(watch.stdout)") }
+                    try client.bye(dan)
+                    dan = try client.hello(.init(user: "dan".id)).session
+                }
                 try client.bye(dan)
-                try watch.waitForOutput(containing: "team-7: 3 of 5 online (-dan)")
+                try await waitFor(seconds: 5) {
+                    let output = watch.stdout
+                    guard let plus = output.range(of: "team-7: 4 of 5 online (+dan)") else { return false }
+                    return output[plus.upperBound...].contains("team-7: 3 of 5 online (-dan)")
+                }
                 watch.signal(SIGINT)
                 #expect(try watch.waitForExit(timeout: 2_000) == 0)
             }

@@ -30,18 +30,25 @@ extension Integration {
             }
         }
 
-        /// Heartbeats keep a short-TTL session alive for many TTLs; silence then ends it.
+        /// Heartbeats keep a short-TTL session alive for many TTLs; silence then ends it. On the test-mode clock: each
+        /// `advance` answers once everything due has fired and is published.
         @Test func heartbeatsKeepASessionAlive() async throws {
-            try await withBroker({ $0.presence.minTTLMilliseconds = 100 }) { broker in
-                let subscriber = try broker.subscriber("erin")
+            try await withBroker({
+                $0.presence.minTTLMilliseconds = 100
+                $0.testMode = true
+            }) { broker in
+                let subscriber = try broker.subscriber("erin", "marker")
                 let client = try broker.client()
                 let granted = try client.hello(.init(user: "erin".id, ttlMilliseconds: 300))
                 try subscriber.expect("erin") { $0.status == .online }
                 for _ in 0..<12 {
-                    pause(milliseconds: 100)
+                    _ = try client.call(.advance(milliseconds: 100))
                     try client.heartbeat(granted.session)
                 }
-                #expect(try subscriber.collect(for: 50).isEmpty)
+                // 1.2 s of the broker's clock, four TTLs: nothing of erin before the marker's record.
+                _ = try client.hello(.init(user: "marker".id, ttlMilliseconds: 600_000))
+                #expect(try subscriber.records(before: "marker").isEmpty)
+                _ = try client.call(.advance(milliseconds: 300))
                 try subscriber.expect("erin", timeout: 1_000) { $0.status == .offline && $0.reason == .timeout }
             }
         }
@@ -129,9 +136,10 @@ extension Integration {
                     session.lastError.map { if case .refused(let e) = $0 { e.code == .badRequest } else { false } }
                         == true)
                 #expect(session.state == .live(session.granted.session))
-                #expect(try subscriber.collect(for: 300).isEmpty)  // no flap
                 session.setStatus(.away, text: "fine")
-                #expect(try subscriber.expect("nina") { $0.status == .away }.text == "fine")
+                // No flap: the next record of nina is that change.
+                let next = try subscriber.records(through: { $0.status == .away })
+                #expect(next.count == 1 && next.first?.text == "fine", "\(next)")
             }
         }
     }

@@ -111,7 +111,9 @@ extension Integration {
             try await withBroker { broker in
                 let everyone = try PresenceSubscriber(endpoint: broker.update)
                 try everyone.subscribeAll()
-                pause(milliseconds: 100)
+                // Subscriptions are read in order: a later exact topic's last value shows presence/ is live.
+                try everyone.subscribe("probe".id)
+                try everyone.expect("probe") { _ in true }
                 let run = try await ChildProcess.run(
                     ChildProcess.rollcall,
                     [
@@ -128,8 +130,21 @@ extension Integration {
                 print("simulate: \(changes) changes in 1 s at an asked 500/s")
                 #expect(changes >= 50)
                 #expect(fields["errors"]?.integer == 0)
-                let records = try everyone.collect(for: 300)
-                #expect(records.count >= 50)
+                // Every simulated user's latest record reaches the subscriber, and it is offline.
+                var latest: [String: PresenceRecord] = [:]
+                var records = 0
+                let deadline = ContinuousClock.now + .seconds(5)
+                while !(latest.count == 50 && latest.values.allSatisfy { $0.status == .offline }),
+                    ContinuousClock.now < deadline
+                {
+                    guard let record = try everyone.next(timeout: 20), record.user.rawValue.hasPrefix("sim-") else {
+                        continue
+                    }
+                    latest[record.user.rawValue] = record
+                    records += 1
+                }
+                #expect(latest.count == 50 && latest.values.allSatisfy { $0.status == .offline })
+                #expect(records >= 50)
                 let users = (0..<50).map { "sim-\($0)".id }
                 let final = try broker.client().query(users)
                 #expect(final.values.allSatisfy { $0.sessions == 0 && $0.status == .offline })

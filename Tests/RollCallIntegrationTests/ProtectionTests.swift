@@ -24,7 +24,10 @@ extension Integration {
             try stalled.set(.receiveBuffer(bytes: 65_536))
             try stalled.set(.subscribe(Array("presence/".utf8)))
             try stalled.connect(broker.update)
-            pause(milliseconds: 200)
+            // Subscriptions are read in order: an exact topic's last value after presence/ shows both are live. It
+            // is the only message this subscriber reads.
+            try stalled.set(.subscribe(Array("presence/flood/".utf8)))
+            _ = try #require(try stalled.receive(timeout: 3_000))
             let before = broker.residentBytes()
             let pipeline = try RequestPipeline(endpoint: broker.command)
             let session = try pipeline.call(.hello(.init(user: "flood".id, ttlMilliseconds: 600_000)))["session"]!
@@ -66,12 +69,25 @@ extension Integration {
             let context = try Context()
             var fuzzers = try (0..<3).map { _ in try rawSocket(.dealer, broker.command, context: context) }
             var generator = Fuzzer(seed: 20_261_121)
-            pause(milliseconds: 200)
+            /// Once each fuzzer's ping is answered, the broker has read everything that connection sent before it.
+            func barrier(_ round: Int) throws {
+                for (index, socket) in fuzzers.enumerated() {
+                    let id = "barrier-\(round)-\(index)"
+                    try socket.send(#"{"op":"ping","id":"\#(id)"}"#, wait: true)
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    while true {
+                        guard ContinuousClock.now < deadline else { throw TestFailure("no answer to \(id)") }
+                        guard let reply = try socket.receive(timeout: 100) else { continue }
+                        if reply.contains(where: { String(decoding: $0, as: UTF8.self).contains(id) }) { break }
+                    }
+                }
+            }
+            try barrier(0)
             var resident = [broker.residentBytes()]
             let messages = 30_000
             for index in 0..<messages {
                 if index == messages / 2 {
-                    pause(milliseconds: 300)
+                    try barrier(1)
                     resident.append(broker.residentBytes())
                 }
                 let socket = fuzzers[index % fuzzers.count]
@@ -89,7 +105,7 @@ extension Integration {
                     fuzzers[index % fuzzers.count] = try rawSocket(.dealer, broker.command, context: context)
                 }
             }
-            pause(milliseconds: 300)
+            try barrier(2)
             resident.append(broker.residentBytes())
             let (first, second) = (resident[1] - resident[0], resident[2] - resident[1])
             let answers = try truth.query(model.keys.sorted().map(\.id))

@@ -49,13 +49,18 @@ extension Integration {
                 let bob = try broker.subscriber("bob")
                 let everyone = try PresenceSubscriber(endpoint: broker.update)
                 try everyone.subscribeAll()
-                #expect(try everyone.collect(for: 200).isEmpty)
+                // Subscriptions are read in order: nothing comes before a later exact topic's last value.
+                try everyone.subscribe("probe".id)
+                #expect(try everyone.records(before: "probe").isEmpty)
                 _ = try client.hello(.init(user: "bobby".id, status: .away))
-                _ = try client.hello(.init(user: "bob".id))
+                let session = try client.hello(.init(user: "bob".id)).session
                 _ = try client.hello(.init(user: "bob2".id))
-                let seenByBob = try bob.collect(for: 300)
-                #expect(seenByBob.map(\.user.rawValue) == ["bob"])
-                let seenByAll = try everyone.collect(for: 300)
+                // bob's later change marks the end of what each subscriber can have been sent.
+                try client.setStatus(session, .away)
+                let last: (PresenceRecord) -> Bool = { $0.user.rawValue == "bob" && $0.status == .away }
+                let seenByBob = try bob.records(through: last)
+                #expect(seenByBob.map(\.user.rawValue) == ["bob", "bob"])
+                let seenByAll = try everyone.records(through: last)
                 #expect(Set(seenByAll.map(\.user.rawValue)) == ["bob", "bobby", "bob2"])
             }
         }

@@ -60,11 +60,11 @@ extension Integration {
                 let watcher = try PresenceWatcher(endpoint: broker.update, commandEndpoint: broker.command)
                 defer { watcher.close() }
                 let shown = Mutex<[String: Status]>([:])
-                let stalled = Atomic<Bool>(false)
+                let stalled = DispatchGroup()  // entered while the observer must not return
                 let events = Mutex<[PresenceWatcher.BrokerEvent]>([])
                 _ = watcher.observeBroker { event in events.withLock { $0.append(event) } }
                 _ = watcher.observeAll { record in
-                    while stalled.load(ordering: .sequentiallyConsistent) { pause(milliseconds: 5) }
+                    stalled.wait()
                     shown.withLock { $0[record.user.rawValue] = record.status }
                 }
                 try await waitFor(seconds: 5) { events.withLock { !$0.isEmpty } }
@@ -73,7 +73,7 @@ extension Integration {
                     shown.withLock { $0.count == count && $0.values.allSatisfy { $0 == .online } }
                 }
 
-                stalled.store(true, ordering: .sequentiallyConsistent)
+                stalled.enter()
                 // 16 MB of another user's changes fill the watcher's buffers first (far more than its TCP buffers
                 // hold while it does not read), so that the broker goes on without it while the offline records
                 // follow.
@@ -98,7 +98,7 @@ extension Integration {
                     dropped = try Codec.decodeBrokerHeartbeat(frames[1]).dropped
                 }
                 let start = ContinuousClock.now
-                stalled.store(false, ordering: .sequentiallyConsistent)
+                stalled.leave()
                 try await waitFor(seconds: 20) {
                     shown.withLock { state in state.allSatisfy { $0.key == "noise" || $0.value == .offline } }
                 }
@@ -145,7 +145,8 @@ extension Integration {
                     let slow = slowHandOff.take()
                     while running.load(ordering: .sequentiallyConsistent) {
                         _ = try? slow.receive(timeout: 10)
-                        pause(milliseconds: 50)  // a reader that falls behind, not one that stopped
+                        // A reader that falls behind, not one that stopped: this paces it and decides nothing.
+                        pause(milliseconds: 50)
                     }
                     threads.leave()
                 }.start()
@@ -174,7 +175,8 @@ extension Integration {
                 let padding = String(repeating: "x", count: 240)
                 var sent: [ContinuousClock.Instant] = []
                 for index in 0..<count {
-                    // 5,000 updates a second, which a reader that reads flat out keeps up with.
+                    // 5,000 updates a second, which a reader that reads flat out keeps up with: pacing the sender,
+                    // not waiting for anything; it decides nothing.
                     if index.isMultiple(of: 100) { pause(milliseconds: 20) }
                     sent.append(.now)
                     let status = index.isMultiple(of: 2) ? "away" : "busy"
@@ -223,7 +225,7 @@ extension Integration {
             let broker = try BrokerProcess(executable: ChildProcess.rollcall, arguments: [])
             defer { broker.stop() }
             let client = try CommandClient(endpoint: broker.command)
-            pause(milliseconds: 200)
+            _ = try client.ping()  // up and answering
             let before = broker.residentBytes()
             var slowest = 0.0
             func ping() throws {
@@ -243,10 +245,10 @@ extension Integration {
                 if !peer.send(frame: topic) || !peer.send(frame: topic) { refused += 1 }
                 if index.isMultiple(of: 10) { try ping() }
             }
-            for _ in 0..<10 {
-                pause(milliseconds: 50)
-                try ping()
-            }
+            // The update endpoint still serves a new subscriber (its last value comes), and the broker answers.
+            let probe = try RawZMTPPeer(broker.update, socketType: "SUB")
+            try probe.expectTopic("presence/probe-long/")
+            try ping()
             let afterLong = broker.residentBytes()
 
             let many = try RawZMTPPeer(broker.update, socketType: "SUB")
@@ -259,10 +261,10 @@ extension Integration {
                 if !many.send(frame: [1] + Array("presence/".utf8) + user + [UInt8(ascii: "/")]) { failed += 1 }
                 if index.isMultiple(of: 250) { try ping() }
             }
-            for _ in 0..<20 {
-                pause(milliseconds: 100)
-                try ping()
-            }
+            // A connection's subscriptions are read in order: once a last value subscribed after the 5,000 comes, all
+            // of them are stored.
+            try many.expectTopic("presence/probe-many/")
+            try ping()
             let afterMany = broker.residentBytes()
             let longGrowth = afterLong - before
             let perSubscription = (afterMany - afterLong) / count
@@ -286,14 +288,24 @@ extension Integration {
                 let bob = try client.hello(.init(user: "bob".id))
                 let watcher = try PresenceWatcher(endpoint: broker.update)
                 defer { watcher.close() }
-                let seen = Mutex<(alice: Int, bob: Set<UInt64>)>((0, []))
+                let seen = Mutex<(alice: Int, bob: Set<UInt64>, marker: Status?)>((0, [], nil))
                 _ = watcher.observeAll { record in
                     seen.withLock { state in
                         if record.user.rawValue == "alice" { state.alice += 1 }
                         if record.user.rawValue == "bob" { state.bob.insert(record.seq) }
+                        if record.user.rawValue == "marker" { state.marker = record.status }
                     }
                 }
-                pause(milliseconds: 200)
+                // The watcher's presence/ is live once a change of another user reaches it (a prefix brings no last
+                // value): the marker changes until one does, within a deadline.
+                let marker = try client.hello(.init(user: "marker".id, ttlMilliseconds: 600_000)).session
+                var away = false
+                try await waitFor(seconds: 5) {
+                    guard seen.withLock({ $0.marker }) == nil else { return true }
+                    away.toggle()
+                    _ = try? client.setStatus(marker, away ? .away : .online)
+                    return false
+                }
                 let context = try Context()
                 let spammer = try rawSocket(.sub, broker.update, context: context)
                 try spammer.set(.receiveHighWaterMark(1))
@@ -308,7 +320,9 @@ extension Integration {
                 }
                 let spamTime = milliseconds(since: start)
                 try await waitFor(seconds: 10) { seen.withLock { $0.bob.count } >= 100 }
-                pause(milliseconds: 300)
+                // A later change as a marker: everything published before it has reached the watcher.
+                try client.setStatus(marker, .busy)
+                try await waitFor(seconds: 5) { seen.withLock { $0.marker } == .busy }
                 let (alice, bobSeen) = seen.withLock { ($0.alice, $0.bob.count) }
                 print(
                     "subscription spam: 200,000 subscribes in \(Int(spamTime)) ms; the watcher saw \(bobSeen) of "
@@ -353,7 +367,8 @@ extension Integration {
                 }
                 done.signal()
             }.start()
-            pause(milliseconds: 200)
+            // The stalled subscriber's subscription counts: its last value (the only message it reads) is here.
+            _ = try #require(try stalled.receive(timeout: 3_000))
             let before = broker.residentBytes()
             let pipeline = try RequestPipeline(endpoint: broker.command, window: 1)
             let members = (0..<4_000).map { "member-\($0)" }
@@ -364,7 +379,6 @@ extension Integration {
             }
             try pipeline.drain()
             try await waitFor(seconds: 20) { received.withLock { $0.last?.counts.total == 0 } }
-            pause(milliseconds: 300)
             let growth = broker.residentBytes() - before
             reading.store(false, ordering: .sequentiallyConsistent)
             done.wait()
@@ -385,8 +399,8 @@ extension Integration {
             let broker = try BrokerProcess(executable: ChildProcess.rollcall, arguments: [])
             defer { broker.stop() }
             let client = try CommandClient(endpoint: broker.command)
-            let peer = try RawZMTPPeer(broker.update, socketType: "XSUB")
-            pause(milliseconds: 200)
+            let peer = try RawZMTPPeer(broker.update, socketType: "XSUB")  // returns once the handshake is over
+            _ = try client.ping()
             let before = broker.residentBytes()
             let megabytes = 20
             let chunk = (0..<1_048_576).map { UInt8($0 % 2 == 0 ? 0x01 : 0) }
@@ -397,7 +411,9 @@ extension Integration {
                 _ = try client.ping()
                 slowest = max(slowest, milliseconds(since: start))
             }
-            pause(milliseconds: 500)
+            // libzmq has read every byte sent: none waits in either side's TCP queues.
+            let port = Int(broker.update.split(separator: ":").last!)!
+            try await waitFor(seconds: 10) { tcpQueuesEmpty(port: port) }
             let growth = broker.residentBytes() - before
             let start = ContinuousClock.now
             _ = try client.ping()
@@ -475,6 +491,32 @@ final class RawZMTPPeer {
     }
 
     deinit { close(descriptor) }
+
+    /// The next frame's body, or `nil` after `timeout` ms without one or once the connection is closed.
+    func receiveFrame(timeout: Int) -> [UInt8]? {
+        var waiting = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        guard poll(&waiting, 1, Int32(timeout)) > 0, let flags = try? read(1) else { return nil }
+        let size: Int
+        if flags[0] & 0x02 != 0 {
+            guard let bytes = try? read(8) else { return nil }
+            size = bytes.reduce(0) { $0 << 8 | Int($1) }
+        } else {
+            guard let byte = try? read(1) else { return nil }
+            size = Int(byte[0])
+        }
+        return try? read(size)
+    }
+
+    /// Subscribes to `topic` (an exact presence topic) and reads frames until its last value's topic frame comes,
+    /// within `timeout` ms: every subscription this peer sent before has been read by then.
+    func expectTopic(_ topic: String, timeout: Int = 10_000) throws {
+        guard send(frame: [1] + Array(topic.utf8)) else { throw TestFailure("the broker closed the connection") }
+        let deadline = ContinuousClock.now + .milliseconds(timeout)
+        while ContinuousClock.now < deadline {
+            if receiveFrame(timeout: 100) == Array(topic.utf8) { return }
+        }
+        throw TestFailure("no last value of \(topic) within \(timeout) ms")
+    }
 
     /// Sends one frame; `false` once the broker has closed the connection.
     @discardableResult

@@ -34,11 +34,17 @@ extension Integration {
                 start = ContinuousClock.now
                 _ = try client.ping()
                 pings.append(milliseconds(since: start))
+                // The honest client's heartbeat interval: it paces the scenario, waits for nothing, decides nothing.
                 pause(milliseconds: 200)
             }
             let (reads, bytes) = attack.stop()
-            let offline = try watcher.collect(for: 300).filter {
-                $0.user.rawValue == "honest" && !$0.status.isAvailable
+            // Its bye marks the end: any other record of it that is not available, before the bye's, is a failure.
+            try client.bye(session)
+            var offline: [PresenceRecord] = []
+            while true {
+                let record = try watcher.expect("honest") { _ in true }
+                if record.reason == .bye { break }
+                if !record.status.isAvailable { offline.append(record) }
             }
             let p99 = percentile(pings, 0.99)
             print(
@@ -78,7 +84,8 @@ extension Integration {
             let held = try settledResidentBytes(broker) - before
             for dealer in dealers { dealer.close() }
             context.terminate()
-            pause(milliseconds: 1_500)  // the broker trims a second after a close
+            // The broker trims a second after a close: wait for the memory to come back, within a deadline.
+            try? await waitFor(seconds: 15) { broker.residentBytes() - before < 16 * 1_048_576 }
             let after = try settledResidentBytes(broker) - before
             let perConnection = held / connections
             // The bound: hwm 1,000 replies of at most 64 KiB plus one record, the kernel's socket buffers (8 MiB),
@@ -113,7 +120,8 @@ extension Integration {
             _ = try CommandClient(endpoint: broker.command).ping()
             let ping = milliseconds(since: start)
             sender.signal(SIGKILL)
-            pause(milliseconds: 1_500)  // the broker trims a second after a close
+            // The broker trims a second after a close: wait for the memory to come back, within a deadline.
+            try? await waitFor(seconds: 15) { broker.residentBytes() - before < 16 * 1_048_576 }
             let after = try settledResidentBytes(broker) - before
             let perWireByte = Double(held) / Double(2 * frames)
             print(
@@ -128,7 +136,7 @@ extension Integration {
         /// Speaks ZMTP 3.0 (NULL) by hand and sends empty frames flagged MORE, which no libzmq sender would put on
         /// the wire before the message ends.
         static let endlessMessage = """
-            import socket, struct, sys, time
+            import socket, struct, sys, threading
             host, port = sys.argv[1].rsplit("/", 1)[-1].split(":")
             frames = int(sys.argv[2])
             s = socket.create_connection((host, int(port)))
@@ -141,8 +149,7 @@ extension Integration {
             for _ in range(frames // 65536):
                 s.sendall(b"\\x01\\x00" * 65536)
             print("sent", flush=True)
-            while True:
-                time.sleep(1)
+            threading.Event().wait()  # holds the connection open until the test kills it
             """
 
         /// A client process frozen by SIGSTOP (its network gone, as far as the broker can tell) loses its command and
@@ -162,23 +169,16 @@ extension Integration {
             defer { peer.terminate() }
             try peer.waitForOutput(containing: "ready", timeout: 10_000)
             // The peer's DEALER and SUB, once the broker's side of both is established.
-            let connected = ContinuousClock.now + .seconds(5)
-            var open = try brokerConnections(pid: broker.pid, ports: ports)
-            while open != 2 && ContinuousClock.now < connected {
-                pause(milliseconds: 10)
-                open = try brokerConnections(pid: broker.pid, ports: ports)
-            }
+            try? await waitFor(seconds: 5) { (try? brokerConnections(pid: broker.pid, ports: ports)) == 2 }
+            let open = try brokerConnections(pid: broker.pid, ports: ports)
             #expect(open == 2, "connections seen: \(open)")
             peer.signal(SIGSTOP)
             let start = ContinuousClock.now
             var closedAfter: Double?
-            while milliseconds(since: start) < Double(10 * (interval + timeout)) {
-                if try brokerConnections(pid: broker.pid, ports: ports) == 0 {
-                    closedAfter = milliseconds(since: start)
-                    break
-                }
-                pause(milliseconds: 10)
+            try? await waitFor(seconds: Double(10 * (interval + timeout)) / 1_000) {
+                (try? brokerConnections(pid: broker.pid, ports: ports)) == 0
             }
+            if try brokerConnections(pid: broker.pid, ports: ports) == 0 { closedAfter = milliseconds(since: start) }
             let growth = broker.residentBytes() - before
             print(
                 "frozen peer: command and update connections closed \(closedAfter.map(format) ?? "never") ms after "
@@ -213,7 +213,7 @@ extension Integration {
                 toggle.toggle()
                 let status = toggle ? "away" : "online"  // a change, so that it is published
                 try pipeline.send(Array(#"{"op":"status","session":"\#(session)","status":"\#(status)"}"#.utf8))
-                pause(milliseconds: 50)
+                _ = try? peer.waitForOutput(containing: "ready", timeout: 50)
             }
             try peer.waitForOutput(containing: "ready", timeout: 1_000)
             peer.signal(SIGSTOP)
@@ -244,7 +244,7 @@ extension Integration {
 
         /// A DEALER and a SUB that say hello and wait; the test freezes the process.
         static let frozenPeer = """
-            import sys, time, zmq
+            import sys, threading, zmq
             context = zmq.Context()
             dealer = context.socket(zmq.DEALER)
             dealer.connect(sys.argv[1])
@@ -255,8 +255,7 @@ extension Integration {
             sub.connect(sys.argv[2])
             sub.recv_multipart()
             print("ready", flush=True)
-            while True:
-                time.sleep(1)
+            threading.Event().wait()  # until the test kills it
             """
     }
 }
@@ -326,6 +325,7 @@ private final class Attack: Sendable {
     let body: [UInt8]
     private let stopping = Atomic<Bool>(false)
     private let result = Mutex<(reads: Int, bytes: Int)?>(nil)
+    private let finished = DispatchSemaphore(value: 0)
 
     init(endpoint: String, connections: Int, body: String) {
         self.endpoint = endpoint
@@ -359,18 +359,15 @@ private final class Attack: Sendable {
                 print("attack failed: \(error)")
             }
             self.result.withLock { $0 = (reads, bytes) }
+            self.finished.signal()
         }.start()
     }
 
     /// Stops the attack and answers how many replies it read, and their bytes; waits at most 10 s.
     func stop() -> (reads: Int, bytes: Int) {
         stopping.store(true, ordering: .relaxed)
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            if let done = result.withLock({ $0 }) { return done }
-            pause(milliseconds: 5)
-        }
-        return (0, 0)
+        guard finished.wait(timeout: .now() + .seconds(10)) == .success else { return (0, 0) }
+        return result.withLock { $0 } ?? (0, 0)
     }
 }
 

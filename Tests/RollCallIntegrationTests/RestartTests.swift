@@ -171,7 +171,11 @@ extension Integration {
             _ = try client.hello(.init(user: "leave".id))
             _ = try client.group("g".group, GroupEdit(members: ["stay".id, "leave".id, "never".id]))
             let before = try client.query(["stay".id, "leave".id])
-            pause(milliseconds: 100)  // one write interval
+            try await waitFor {  // written
+                let state = store.load()
+                return Set(state.records.map(\.user)).isSuperset(of: ["stay".id, "leave".id])
+                    && state.groups.contains { $0.group == "g".group }
+            }
 
             let watcher = try PresenceWatcher(endpoint: broker.update)
             defer { watcher.close() }

@@ -45,7 +45,7 @@ extension Integration {
         /// Runs `body` with an in-process broker running CURVE with `roles`' keys (and a `stranger` key unknown to
         /// it).
         func withCurveBroker<T>(
-            _ keys: TestKeys, _ body: (TestBroker) async throws -> T
+            _ keys: TestKeys, _ body: (InProcessBroker) async throws -> T
         ) async throws -> T {
             let table = try keys.authorizedKeys(Self.roles)
             return try await withBroker({
@@ -134,7 +134,9 @@ extension Integration {
                     try watch.subscribe(prefix: Array("broker/".utf8))
                 }
                 let alice = try CommandClient(endpoint: broker.command, credentials: keys.credentials("alice"))
-                pause(milliseconds: 300)  // the subscriptions (if any) are in
+                // The reader's subscriptions are in once alice's last value is here; the others' never are (their
+                // handshakes fail), which the silence below checks.
+                try readerWatch.expect("alice") { _ in true }
                 _ = try alice.hello(.init(user: "alice".id))
                 try readerWatch.expect("alice") { $0.status == .online }
                 #expect(try strangerWatch.nextMessage(timeout: 1_200) == nil)
@@ -152,8 +154,7 @@ extension Integration {
                 let events = Mutex<[PresenceWatcher.BrokerEvent]>([])
                 _ = watcher.observeBroker { event in events.withLock { $0.append(event) } }
                 let started = ContinuousClock.now
-                let deadline = started + .seconds(5)
-                while events.withLock({ $0.isEmpty }) && ContinuousClock.now < deadline { pause(milliseconds: 10) }
+                try await waitFor(seconds: 5) { events.withLock { !$0.isEmpty } }
                 let first = try #require(events.withLock { $0.first })
                 #expect(first == .failed("the broker refused this key: it is not in the broker's authorized keys"))
                 print("refused watcher: told after \(Int(milliseconds(since: started))) ms")
@@ -166,23 +167,37 @@ extension Integration {
         @Test func userSubscribesToExactTopicsOnly() async throws {
             let keys = try TestKeys("alice", "bob", "op", "reader", "stranger")
             try await withCurveBroker(keys) { broker in
+                // Each connection's subscriptions are read in order: once a later exact topic's last value (carol's)
+                // is here, the prefixes before it have been dealt with.
                 let prefixes = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("alice"))
                 for prefix in ["presence/", "presence/bo", "", "group/"] {
                     try prefixes.subscribe(prefix: Array(prefix.utf8))
                 }
+                try prefixes.subscribe("carol".id)
+                try prefixes.expect("carol") { _ in true }
                 let exact = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("alice"))
                 let reader = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("reader"))
                 try reader.subscribe(prefix: Array("presence/".utf8))
+                try reader.subscribe("carol".id)
+                try reader.expect("carol") { _ in true }
                 let bob = try CommandClient(endpoint: broker.command, credentials: keys.credentials("bob"))
                 let granted = try bob.hello(.init(user: "bob".id))
                 try exact.subscribe("bob".id)
                 try exact.expect("bob") { $0.status == .online }  // the last value on subscribe
-                pause(milliseconds: 200)
                 try bob.setStatus(granted.session, .away)
                 try exact.expect("bob") { $0.status == .away }
                 try reader.expect("bob") { $0.status == .away }
-                let leaked = try prefixes.nextMessage(timeout: 500)
-                #expect(leaked == nil, "a user key's prefix subscription received \(leaked.map { $0.topic } ?? "")")
+                // carol's change after bob's: the prefixes' connection gets it, and nothing before it.
+                let carol = try CommandClient(endpoint: broker.command, credentials: keys.credentials("op"))
+                _ = try carol.hello(.init(user: "carol".id))
+                var (leaked, marked) = ([String](), false)
+                let deadline = ContinuousClock.now + .seconds(3)
+                while !marked, ContinuousClock.now < deadline {
+                    guard let message = try prefixes.nextMessage(timeout: 100) else { continue }
+                    if message.topic == "presence/carol/" { marked = true } else { leaked.append(message.topic) }
+                }
+                #expect(marked, "carol's change never reached her exact topic")
+                #expect(leaked.isEmpty, "a user key's prefix subscription received \(leaked)")
             }
         }
 
@@ -207,12 +222,20 @@ extension Integration {
                     readers.append(reader)
                     _ = try hostile.send([1] + Array("presence/alice/".utf8))
                 }
-                pause(milliseconds: 500)
                 // Subscriptions read with stray messages in the queue are not applied at all; one made once the
-                // queue is read works.
-                let reader = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("reader"))
-                try reader.subscribe(prefix: Array("presence/".utf8))
-                pause(milliseconds: 300)
+                // queue is read works: new readers until one gets carol's last value (its presence/ prefix is read
+                // before that topic), within a deadline.
+                var live: PresenceSubscriber?
+                let deadline = ContinuousClock.now + .seconds(10)
+                while live == nil {
+                    guard ContinuousClock.now < deadline else { throw TestFailure("no reader's subscription worked") }
+                    let candidate = try PresenceSubscriber(
+                        endpoint: broker.update, credentials: keys.credentials("reader"))
+                    try candidate.subscribe(prefix: Array("presence/".utf8))
+                    try candidate.subscribe("carol".id)
+                    if (try? candidate.expect("carol", timeout: 500) { _ in true }) != nil { live = candidate }
+                }
+                let reader = try #require(live)
                 let bob = try CommandClient(endpoint: broker.command, credentials: keys.credentials("bob"))
                 _ = try bob.hello(.init(user: "bob".id))
                 try reader.expect("bob") { $0.status == .online }
@@ -238,7 +261,20 @@ extension Integration {
                 try everything.subscribe(prefix: [])
                 let bobWatch = try PresenceSubscriber(endpoint: broker.update, credentials: keys.credentials("bob"))
                 try bobWatch.subscribe("alice".id)
-                pause(milliseconds: 300)
+                try bobWatch.expect("alice") { _ in true }  // the last value: the subscription is in
+                // Everything anyone else could receive from here on: records, group messages, broker heartbeats.
+                var messages: [(topic: String, body: [UInt8])] = []
+                /// Reads `everything` until `stop` holds for a message, within `seconds`.
+                func read(seconds: Int, until stop: (String, [UInt8]) -> Bool) throws {
+                    let deadline = ContinuousClock.now + .seconds(seconds)
+                    while ContinuousClock.now < deadline {
+                        guard let message = try everything.nextMessage(timeout: 100) else { continue }
+                        messages.append(message)
+                        if stop(message.topic, message.body) { return }
+                    }
+                    throw TestFailure("the awaited message did not come within \(seconds) s")
+                }
+                try read(seconds: 5) { topic, _ in topic == "broker/" }  // a heartbeat: the subscription is in
 
                 let alice = try CommandClient(endpoint: broker.command, credentials: keys.credentials("alice"))
                 let session = try alice.hello(.init(user: "alice".id))
@@ -248,7 +284,11 @@ extension Integration {
                 #expect(hidden.reason == .bye)  // what the session saying bye would have published
                 #expect(hidden.sessions == 0 && hidden.text == nil)
 
-                pause(milliseconds: 1_200)  // heartbeats go on; nothing moves
+                // Heartbeats go on and nothing moves: the reader sees alice's offline record, then a heartbeat after it.
+                try read(seconds: 5) { topic, body in
+                    topic == "presence/alice/" && (try? Codec.decodeRecord(body))?.reason == .bye
+                }
+                try read(seconds: 5) { topic, _ in topic == "broker/" }
                 try alice.heartbeat(session.session)
                 let bob = try CommandClient(endpoint: broker.command, credentials: keys.credentials("bob"))
                 let seen = try #require(try bob.query(["alice".id])["alice".id])
@@ -259,8 +299,6 @@ extension Integration {
                 #expect(try alice.query(["alice".id])["alice".id]?.status == .invisible)
                 #expect(try op.query(["alice".id])["alice".id]?.status == .invisible)
 
-                // Everything anyone else could receive in that time: records, group messages, broker heartbeats.
-                var messages: [(topic: String, body: [UInt8])] = []
                 while let message = try everything.nextMessage(timeout: 300) { messages.append(message) }
                 let heartbeats = messages.filter { $0.topic == "broker/" }
                 #expect(!heartbeats.isEmpty)

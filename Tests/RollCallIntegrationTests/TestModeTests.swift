@@ -145,7 +145,6 @@ extension Integration {
             let child = try ChildProcess("/bin/bash", [script], environment: ["ROLLCALL_BIN": ChildProcess.rollcall])
             defer { child.terminate() }
             let status = try child.waitForExit(timeout: 30_000)
-            pause(milliseconds: 50)
             print(child.stdout)
             #expect(status == 0, "\(child.stderr)")
             #expect(child.stdout.contains("2 of 5 online"))

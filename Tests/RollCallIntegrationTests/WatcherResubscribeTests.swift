@@ -39,8 +39,7 @@ extension Integration {
             let record = PresenceRecord(
                 user: "kim".id, status: .online, since: BrokerTime(milliseconds: 1), lastSeen: nil, sessions: 1, seq: 7)
             _ = try xpub.send(message: [topic, Codec.encodeRecord(record)])
-            let deadline = ContinuousClock.now + .seconds(3)
-            while got.withLock({ $0.isEmpty }) && ContinuousClock.now < deadline { pause(milliseconds: 5) }
+            try await waitFor(seconds: 3) { got.withLock { !$0.isEmpty } }
             #expect(got.withLock { $0.map(\.seq) } == [7])
             #expect(milliseconds(since: started) < 5_000)
             // Once the state has come, nothing more is asked for.

@@ -22,7 +22,7 @@ let testSecret = "rollcall-test-secret-of-at-least-32-bytes"
 
 /// A broker with a WebSocket endpoint on a free loopback port, for the length of one test.
 struct GatewayHarness: Sendable {
-    let broker: TestBroker
+    let broker: InProcessBroker
     let port: Int
     var scheme = "ws"
     var url: String { "\(scheme)://127.0.0.1:\(port)\(WebSocketServer.path)" }
@@ -88,7 +88,8 @@ func withGateway<T>(
         }
         let port = try #require(server.webSocket?.port)
         let result = try await body(
-            GatewayHarness(broker: TestBroker(broker: server.broker), port: port, scheme: tls == nil ? "ws" : "wss"))
+            GatewayHarness(
+                broker: InProcessBroker(broker: server.broker), port: port, scheme: tls == nil ? "ws" : "wss"))
         await group.triggerGracefulShutdown()
         try await running.value
         return result

@@ -161,7 +161,7 @@ extension Integration {
 
         /// A stoppable WebSocket endpoint on `broker`, a ZeroMQ subscriber of `user`, and `user`'s session kept
         /// alive by its connection, seen online.
-        static func phone(_ user: String, on broker: TestBroker) async throws -> (
+        static func phone(_ user: String, on broker: InProcessBroker) async throws -> (
             FrontDoor, Int, PresenceSubscriber, WebSocketSession
         ) {
             let door = FrontDoor(broker: broker)
@@ -209,10 +209,10 @@ extension Integration {
 
 /// A WebSocket endpoint on a broker that a test can stop (cutting every connection) and start again on its port.
 final class FrontDoor: Sendable {
-    let broker: TestBroker
+    let broker: InProcessBroker
     private let running = Mutex<Task<Void, any Error>?>(nil)
 
-    init(broker: TestBroker) { self.broker = broker }
+    init(broker: InProcessBroker) { self.broker = broker }
 
     func url(_ port: Int) -> String { "ws://127.0.0.1:\(port)\(WebSocketServer.path)" }
 

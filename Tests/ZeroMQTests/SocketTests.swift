@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import ZeroMQ
 
@@ -88,17 +89,22 @@ struct SocketTests {
     @Test func wakerInterruptsAPoll() async throws {
         let context = try Context()
         let (waker, socket) = try Waker.make(context: context, name: "test")
-        let task = Task.detached {
-            try await Task.sleep(for: .milliseconds(50))
+        // A thread of its own, not a task: this test blocks its thread in the poll, and with other suites blocking
+        // theirs a task's wake-up waited past the poll's 5 s on two cores.
+        let woken = DispatchSemaphore(value: 0)
+        Thread {
+            // The wake must come while the poll below waits (no event says it has begun); decides nothing.
+            usleep(50_000)
             waker.wake()
-        }
+            woken.signal()
+        }.start()
         var poller = Poller([socket])
         let start = ContinuousClock.now
         #expect(try poller.poll(timeout: 5_000) == [true])
         #expect(ContinuousClock.now - start < .seconds(4))
         try socket.drain()
         #expect(try socket.receiveMessage() == nil)
-        try await task.value
+        #expect(woken.wait(timeout: .now() + .seconds(5)) == .success)
         waker.close()
     }
 
