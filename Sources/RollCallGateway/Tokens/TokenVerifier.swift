@@ -163,8 +163,10 @@ public final class TokenVerifier: Sendable {
         case "operator": role = .operator
         case let other: throw Refusal(description: "unknown role '\(other)'")
         }
-        // The lifetime bound keeps `exp` within a year of now, so the conversion cannot trap.
-        return Grant(user: user, role: role, expires: Int64(claims.exp.value.timeIntervalSince1970.rounded(.down)))
+        // The lifetime bound keeps `exp` within a year of now; the clamp keeps the conversion from trapping whatever
+        // `now` a caller gives.
+        let seconds = min(max(claims.exp.value.timeIntervalSince1970.rounded(.down), -9e18), 9e18)
+        return Grant(user: user, role: role, expires: Int64(seconds))
     }
 
     /// `exp` not past; `nbf` not further ahead than the leeway; `exp` at most the longest lifetime after `iat`, or
