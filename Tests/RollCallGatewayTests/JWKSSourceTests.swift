@@ -3,6 +3,7 @@ import Hummingbird
 import JWTKit
 import Logging
 import NIOCore
+import ServiceLifecycle
 import Synchronization
 import Testing
 
@@ -45,7 +46,9 @@ import Testing
             router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port } },
             logger: Logger(label: "jwks-endpoint"))
-        let server = Task { try await app.runService(gracefulShutdownSignals: []) }
+        let group = ServiceGroup(
+            configuration: .init(services: [app], logger: Logger(label: "jwks-endpoint")))
+        let server = Task { try await group.run() }
         defer { server.cancel() }
         let deadline = ContinuousClock.now + .seconds(10)
         var bound: Int?
@@ -55,7 +58,7 @@ import Testing
             if bound == nil { try await Task.sleep(for: .milliseconds(5)) }
         }
         try await body("http://127.0.0.1:\(bound!)/jwks")
-        server.cancel()
+        await group.triggerGracefulShutdown()
         _ = await server.result
     }
 
