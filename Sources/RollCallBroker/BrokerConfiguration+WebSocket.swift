@@ -80,7 +80,12 @@ extension WebSocketSettings {
         guard !host.isEmpty, !url.contains(where: { $0 == " " || $0.isNewline }) else {
             return "'\(url)' has no host, or has spaces"
         }
-        if lowered.hasPrefix("http://"), !insecure, !isLoopback(String(host)) {
+        // Loopback by its address, not by a name that merely starts like one (127.0.0.1.example.com).
+        let loopback =
+            host == "localhost" || host == "::1"
+            || (host.hasPrefix("127.") && host.split(separator: ".").count == 4
+                && host.allSatisfy { $0 == "." || $0.isASCII && $0.isNumber })
+        if lowered.hasPrefix("http://"), !insecure, !loopback {
             return "'\(url)' is plain http to a host that is not loopback, so anyone on the way could give the "
                 + "broker their keys: use https://, or --insecure"
         }
