@@ -106,6 +106,35 @@ import Testing
         }
     }
 
+    /// The refresher runs as a service and returns promptly when its group shuts down gracefully.
+    @Test func stopsWithItsServiceGroup() async throws {
+        let endpoint = Endpoint()
+        endpoint.serve(try TokenMint.jwks([(ES256PrivateKey(), "k1")]))
+        try await Self.withEndpoint(endpoint) { url in
+            let source = JWKSSource(url: url, logger: Logger(label: "jwks"))
+            try await source.start()
+            let group = ServiceGroup(configuration: .init(services: [source], logger: Logger(label: "group")))
+            let running = Task { try await group.run() }
+            await group.triggerGracefulShutdown()
+            let started = ContinuousClock.now
+            let stopped = try await withThrowingTaskGroup(of: Bool.self) { tasks in
+                tasks.addTask {
+                    try await running.value
+                    return true
+                }
+                tasks.addTask {
+                    try await Task.sleep(for: .seconds(10))
+                    return false
+                }
+                defer { tasks.cancelAll() }
+                return try await tasks.next() ?? false
+            }
+            print("the JWKS refresher stopped \(ContinuousClock.now - started) after the shutdown began")
+            #expect(stopped, "still running 10 s after the graceful shutdown began")
+            running.cancel()
+        }
+    }
+
     /// A URL that gives no usable JWKS at start stops the start.
     @Test func noJWKSAtStartIsAnError() async throws {
         let endpoint = Endpoint()

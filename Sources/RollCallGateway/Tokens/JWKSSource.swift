@@ -19,10 +19,10 @@ public actor JWKSSource: Service {
 
     /// The longest JWKS document read, in bytes.
     public static let maxBodyBytes = 1 << 20
-    /// How long one fetch may take.
-    public static let timeout = TimeAmount.seconds(10)
+    /// How long one fetch may take: a token with an unknown `kid` waits for it, within the upgrade's 10 s.
+    public static let timeout = TimeAmount.seconds(5)
 
-    public init(url: String, logger: Logger, client: HTTPClient = .shared) {
+    public init(url: String, logger: Logger, client: HTTPClient = jwksHTTPClient) {
         self.url = url
         self.client = client
         self.logger = logger
@@ -124,6 +124,18 @@ public actor JWKSSource: Service {
         }
     }
 }
+
+/// The client of every JWKS fetch, for the process's life (as `HTTPClient.shared` is). Unlike that one, it does not
+/// retry a refused connection until the deadline: a provider that is down fails a fetch at once, so that a token
+/// whose unknown `kid` asked for the fetch is not held for the whole timeout. At most 3 redirects, none to a
+/// cycle; 3 s to connect.
+public let jwksHTTPClient: HTTPClient = {
+    var configuration = HTTPClient.Configuration(
+        redirectConfiguration: .follow(max: 3, allowCycles: false),
+        timeout: .init(connect: .seconds(3), read: JWKSSource.timeout))
+    configuration.connectionPool.retryConnectionEstablishment = false
+    return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+}()
 
 /// The current set, read by every token check without waiting for the actor.
 final class KeySetBox: Sendable {

@@ -1,6 +1,7 @@
 import Foundation
 import JWTKit
 import Logging
+import RollCallBroker
 import RollCallCore
 import RollCallSecurity
 import Synchronization
@@ -46,14 +47,18 @@ public final class TokenVerifier: Sendable {
         /// An `aud` every token must carry, if set.
         public var audience: String?
         /// `exp` at most this many seconds after `iat` (or after now, without `iat` or with one in the future).
-        public var maxLifetimeSeconds: Int64 = Self.defaultMaxLifetimeSeconds
+        public var maxLifetimeSeconds: Int64
         /// `nbf` may be this far in the future, for clocks that disagree a little.
         public var notBeforeLeewaySeconds: Int64 = Self.notBeforeLeewaySeconds
 
-        public static let defaultMaxLifetimeSeconds: Int64 = 86_400
         public static let notBeforeLeewaySeconds: Int64 = 60
 
-        public init(issuer: String? = nil, audience: String? = nil, maxLifetimeSeconds: Int64 = 86_400) {
+        /// `maxLifetimeSeconds` defaults to `--jwt-max-lifetime-s`'s default, written once in
+        /// ``WebSocketSettings``.
+        public init(
+            issuer: String? = nil, audience: String? = nil,
+            maxLifetimeSeconds: Int64 = WebSocketSettings().jwtMaxLifetimeSeconds
+        ) {
             self.issuer = issuer
             self.audience = audience
             self.maxLifetimeSeconds = maxLifetimeSeconds
