@@ -36,7 +36,8 @@ public actor JWKSSource: Service {
     public func start() async throws(TokenKeySet.KeyError) {
         let fetched = await fetchOrJoin()
         guard fetched, keys != nil else {
-            throw TokenKeySet.KeyError(description: "--jwt-jwks-url: no usable JWKS at \(url) (see the error above)")
+            throw TokenKeySet.KeyError(
+                description: "--jwt-jwks-url: no usable JWKS at \(url) (the fetch's error is logged above)")
         }
     }
 
