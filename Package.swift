@@ -139,6 +139,8 @@ let package = Package(
             name: "RollCallGateway",
             dependencies: [
                 "RollCallBroker", "RollCallCore", "RollCallSecurity", "RollCallWire",
+                // The JWKS URL's fetches (--jwt-jwks-url).
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
@@ -210,10 +212,14 @@ let package = Package(
             name: "RollCallGatewayTests",
             dependencies: [
                 "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallSecurity", "RollCallWire",
+                // A JWKS served in-process that rotates its keys, and tokens signed for the tests.
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .testTarget(

@@ -11,6 +11,11 @@ extension BrokerConfiguration {
             "--ws-handshake-timeout-ms", w.handshakeMilliseconds, in: WebSocketSettings.Range.handshakeMilliseconds)
         try Self.check(
             "--ws-max-pending-upgrades", w.maxPendingUpgrades, in: WebSocketSettings.Range.maxPendingUpgrades)
+        try Self.check(
+            "--jwt-max-lifetime-s", w.jwtMaxLifetimeSeconds, in: WebSocketSettings.Range.jwtMaxLifetimeSeconds)
+        if let url = w.jwtJwksURL, let problem = WebSocketSettings.problem(jwksURL: url, insecure: insecure) {
+            throw ConfigurationError("--jwt-jwks-url", problem)
+        }
         let smallest = maxReplyBytes + Self.maxGroupMessageBytes
         guard w.sendQueueBytes >= smallest else {
             throw ConfigurationError(
@@ -25,11 +30,11 @@ extension BrokerConfiguration {
         guard let endpoint = w.endpoint else { return }
         let (host, _) = try WebSocketSettings.parse(endpoint: endpoint)
         guard !insecure, !WebSocketSettings.isLoopback(host) else { return }
-        guard w.jwtKeyFile != nil else {
+        guard w.jwtKeyFile != nil || w.jwtJwksURL != nil else {
             throw ConfigurationError(
                 "--ws-endpoint",
-                "'\(endpoint)' is not loopback and no --jwt-key-file is given, so anyone who reaches it could act as "
-                    + "anyone: give --jwt-key-file (docs/websocket.md), or --insecure")
+                "'\(endpoint)' is not loopback and no --jwt-key-file or --jwt-jwks-url is given, so anyone who "
+                    + "reaches it could act as anyone: give one (docs/websocket.md), or --insecure")
         }
         guard w.tlsCertFile != nil else {
             throw ConfigurationError(
@@ -51,6 +56,40 @@ extension WebSocketSettings {
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else { throw ConfigurationError("--ws-endpoint", usage) }
         return (host, port)
+    }
+
+    /// What is wrong with a JWKS URL, if anything: it must be `https://HOST...`, or `http://` to a loopback host
+    /// (keys fetched in clear text from elsewhere could be anyone's) unless `insecure`.
+    public static func problem(jwksURL url: String, insecure: Bool) -> String? {
+        let lowered = url.lowercased()
+        let rest: Substring
+        if lowered.hasPrefix("https://") {
+            rest = url.dropFirst("https://".count)
+        } else if lowered.hasPrefix("http://") {
+            rest = url.dropFirst("http://".count)
+        } else {
+            return "must be an http:// or https:// URL, not '\(url)'"
+        }
+        var host = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        if let at = host.lastIndex(of: "@") { host = host[host.index(after: at)...] }
+        if host.hasPrefix("[") {
+            host = host.prefix { $0 != "]" }.dropFirst()
+        } else if let colon = host.firstIndex(of: ":") {
+            host = host[..<colon]
+        }
+        guard !host.isEmpty, !url.contains(where: { $0 == " " || $0.isNewline }) else {
+            return "'\(url)' has no host, or has spaces"
+        }
+        // Loopback by its address, not by a name that merely starts like one (127.0.0.1.example.com).
+        let loopback =
+            host == "localhost" || host == "::1"
+            || (host.hasPrefix("127.") && host.split(separator: ".").count == 4
+                && host.allSatisfy { $0 == "." || $0.isASCII && $0.isNumber })
+        if lowered.hasPrefix("http://"), !insecure, !loopback {
+            return "'\(url)' is plain http to a host that is not loopback, so anyone on the way could give the "
+                + "broker their keys: use https://, or --insecure"
+        }
+        return nil
     }
 
     /// Whether only this machine can reach `host`.

@@ -22,9 +22,15 @@ public struct WebSocketSettings: Sendable {
     /// a flood of connections that never finish their upgrade holds at most this many sockets and buffers.
     /// Range: 1...1_000_000.
     public var maxPendingUpgrades = 1_000
-    /// The key that signs tokens: an HMAC secret, a PEM public key, or a JWKS file; `nil`: no tokens, and the
-    /// endpoint must be loopback (everyone may do everything) unless `--insecure`.
+    /// The key that signs tokens: an HMAC secret, a PEM public key, or a JWKS file, re-read on SIGHUP; `nil` and no
+    /// ``jwtJwksURL``: no tokens, and the endpoint must be loopback (everyone may do everything) unless `--insecure`.
     public var jwtKeyFile: String?
+    /// An identity provider's JWKS URL (`http://` or `https://`; `http://` to a loopback host only, unless
+    /// `--insecure`): its keys sign tokens too, fetched at start and refreshed (docs/websocket.md, Tokens).
+    public var jwtJwksURL: String?
+    /// The longest a token may live: `exp` at most this many seconds after `iat` (or after now). Range:
+    /// 60...31_536_000 (a year); there is no "unlimited", so that a leaked token always stops working.
+    public var jwtMaxLifetimeSeconds: Int64 = 86_400
     /// The `iss` every token must carry, if set.
     public var jwtIssuer: String?
     /// The `aud` every token must carry (one of), if set.
@@ -46,5 +52,6 @@ public struct WebSocketSettings: Sendable {
         public static let sendQueueBytes: ClosedRange<Int> = 65_536...1_073_741_824
         public static let handshakeMilliseconds: ClosedRange<Int64> = 100...600_000
         public static let maxPendingUpgrades: ClosedRange<Int> = 1...1_000_000
+        public static let jwtMaxLifetimeSeconds: ClosedRange<Int64> = 60...31_536_000
     }
 }

@@ -79,9 +79,10 @@ struct GatewayChildChannel: ServerChildChannel {
         }
         let checked = channel.eventLoop.makePromise(of: Grant?.self)
         let logger = logger
+        let now = Double(shared.wallClock()) / 1_000
         checked.completeWithTask {
             do {
-                return try await verifier.verify(token)
+                return try await verifier.verify(token, now: now)
             } catch {
                 // Nothing more is said to the client than 401.
                 logger.debug("token refused", metadata: ["reason": "\(error)"])

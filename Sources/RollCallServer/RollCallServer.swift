@@ -10,8 +10,8 @@ import UnixSignals
 /// dependency order. `rollcall serve` and `RollCallTestKit` both start a server through it, so a test starts the very
 /// broker, WebSocket door and operations endpoint that ship.
 ///
-/// The services run in one `ServiceGroup` in this order: the operations endpoint, the WebSocket door, the broker (and
-/// with it the cluster node it runs), systemd's notifier, the descriptor watch. They stop in the reverse: systemd
+/// The services run in one `ServiceGroup` in this order: the operations endpoint, the JWKS URL's refresher, the
+/// WebSocket door, the broker (and with it the cluster node it runs), systemd's notifier, the descriptor watch. They stop in the reverse: systemd
 /// hears `STOPPING` first, the broker writes its last changes while the door and the endpoint still answer (the
 /// endpoint's `/readyz` says 503 from the start of the shutdown), and the operations endpoint goes last.
 public final class RollCallServer: Sendable {
@@ -19,6 +19,8 @@ public final class RollCallServer: Sendable {
     public let broker: Broker
     public let webSocket: WebSocketServer?
     public let operations: OperationsServer?
+    /// The WebSocket door's token checks, if it takes tokens.
+    public let verifier: TokenVerifier?
     private let services: [any Service]
     private let bound: BoundAddresses
 
@@ -57,9 +59,14 @@ public final class RollCallServer: Sendable {
         } else {
             operations = nil
         }
-        webSocket = try await Self.webSocketServer(configuration.broker, broker: broker, logger: logger) { url in
+        let verifier = try await Self.tokenVerifier(configuration.broker.webSocket, logger: logger)
+        self.verifier = verifier
+        webSocket = try await Self.webSocketServer(
+            configuration.broker, broker: broker, verifier: verifier, logger: logger
+        ) { url in
             bound.state.withLock { $0.webSocket = url }
         }
+        if let source = verifier?.jwksSource { services.append(source) }
         if let webSocket { services.append(webSocket) }
         services.append(broker)
         if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
@@ -88,19 +95,45 @@ public final class RollCallServer: Sendable {
     /// `HOST:PORT` once the operations endpoint listens.
     public var operationsAddress: String? { bound.state.withLock { $0.operations } }
 
+    /// A signal that is not a request to stop. SIGHUP re-reads `--jwt-key-file` and fetches the JWKS URL's keys
+    /// again (a file that cannot be used keeps the old keys, logged), then goes to the broker, which reloads the
+    /// authorized-keys file with CURVE. Safe from any task.
+    public func received(_ signal: Broker.Signal) async {
+        if signal == .hangup, let verifier {
+            await verifier.reloadKeyFile()
+            await verifier.jwksSource?.refreshNow()
+            // Without CURVE the broker would log that nothing was reloaded.
+            guard configuration.broker.curve != nil else { return }
+        }
+        broker.received(signal)
+    }
+
+    /// The token checks the WebSocket door's settings ask for, if any: the key file read and the JWKS URL's first
+    /// fetch made now, so that a key that cannot be used stops the start.
+    private static func tokenVerifier(_ settings: WebSocketSettings, logger: Logger) async throws -> TokenVerifier? {
+        guard settings.endpoint != nil, settings.jwtKeyFile != nil || settings.jwtJwksURL != nil else { return nil }
+        var source: JWKSSource?
+        if let url = settings.jwtJwksURL {
+            let jwks = JWKSSource(url: url, logger: logger)
+            try await jwks.start()
+            source = jwks
+        }
+        return try await TokenVerifier(
+            keyFile: settings.jwtKeyFile, jwks: source,
+            rules: .init(
+                issuer: settings.jwtIssuer, audience: settings.jwtAudience,
+                maxLifetimeSeconds: settings.jwtMaxLifetimeSeconds),
+            logger: logger)
+    }
+
     /// The WebSocket door the configuration asks for, if any; `onBound` hears its `ws[s]://HOST:PORT` once it listens.
     private static func webSocketServer(
-        _ configuration: BrokerConfiguration, broker: Broker, logger: Logger,
+        _ configuration: BrokerConfiguration, broker: Broker, verifier: TokenVerifier?, logger: Logger,
         onBound: @escaping @Sendable (String) -> Void
     ) async throws -> WebSocketServer? {
         let settings = configuration.webSocket
         guard let endpoint = settings.endpoint else { return nil }
         let (host, port) = try WebSocketSettings.parse(endpoint: endpoint)
-        var verifier: TokenVerifier?
-        if let path = settings.jwtKeyFile {
-            verifier = try await TokenVerifier(
-                keyFile: path, issuer: settings.jwtIssuer, audience: settings.jwtAudience)
-        }
         let tokens = verifier != nil
         let tls = try settings.tlsCertFile.map {
             try WebSocketServer.tlsConfiguration(certificateFile: $0, keyFile: settings.tlsKeyFile ?? "")

@@ -321,7 +321,6 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        let broker = server.broker
         if configuration.broker.testMode {
             logger.warning(
                 "TEST MODE: the clock moves only by advance requests and nothing is kept; never run this in production")
@@ -333,7 +332,7 @@ struct Serve: AsyncParsableCommand {
             }
             tasks.addTask {
                 for await signal in otherSignals {
-                    broker.received(signal == .sighup ? .hangup : .other("\(signal)"))
+                    await server.received(signal == .sighup ? .hangup : .other("\(signal)"))
                 }
             }
             defer { tasks.cancelAll() }

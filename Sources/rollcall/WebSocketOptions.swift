@@ -47,9 +47,23 @@ struct WebSocketOptions: ParsableArguments {
 
     @Option(
         help:
-            "HMAC secret, PEM public key or JWKS file that signs WebSocket tokens. Env: ROLLCALL_JWT_KEY_FILE. Default: none (loopback only, no tokens)."
+            "HMAC secret, PEM public key or JWKS file that signs WebSocket tokens; SIGHUP re-reads it. Env: ROLLCALL_JWT_KEY_FILE. Default: none (loopback only, no tokens)."
     )
     var jwtKeyFile: String?
+
+    @Option(
+        name: .customLong("jwt-jwks-url"),
+        help:
+            "An identity provider's JWKS URL whose keys sign WebSocket tokens too; fetched at start, refreshed per Cache-Control (60 s to 1 h) and on an unknown kid. Env: ROLLCALL_JWT_JWKS_URL. Default: none."
+    )
+    var jwtJwksUrl: String?
+
+    @Option(
+        name: .customLong("jwt-max-lifetime-s"),
+        help:
+            "A token's exp at most this many seconds after its iat (or now); 60 to 31536000. Env: ROLLCALL_JWT_MAX_LIFETIME_S. Default: \(defaults.webSocket.jwtMaxLifetimeSeconds)."
+    )
+    var jwtMaxLifetimeS: Int64?
 
     @Option(help: "The iss every token must carry. Env: ROLLCALL_JWT_ISSUER. Default: not checked.")
     var jwtIssuer: String?
@@ -86,6 +100,9 @@ struct WebSocketOptions: ParsableArguments {
         c.webSocket.maxPendingUpgrades = try setting(
             wsMaxPendingUpgrades, "ROLLCALL_WS_MAX_PENDING_UPGRADES", default: c.webSocket.maxPendingUpgrades)
         c.webSocket.jwtKeyFile = optional(jwtKeyFile, "ROLLCALL_JWT_KEY_FILE")
+        c.webSocket.jwtJwksURL = optional(jwtJwksUrl, "ROLLCALL_JWT_JWKS_URL")
+        c.webSocket.jwtMaxLifetimeSeconds = try setting(
+            jwtMaxLifetimeS, "ROLLCALL_JWT_MAX_LIFETIME_S", default: c.webSocket.jwtMaxLifetimeSeconds)
         c.webSocket.jwtIssuer = optional(jwtIssuer, "ROLLCALL_JWT_ISSUER")
         c.webSocket.jwtAudience = optional(jwtAudience, "ROLLCALL_JWT_AUDIENCE")
         c.webSocket.tlsCertFile = optional(wsTlsCertFile, "ROLLCALL_WS_TLS_CERT_FILE")

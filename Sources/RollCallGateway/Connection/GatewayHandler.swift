@@ -171,9 +171,10 @@ final class GatewayHandler: ChannelDuplexHandler {
         guard let verifier = shared.verifier, let context else { return }
         let checked = context.eventLoop.makePromise(of: Grant?.self)
         let logger = logger
+        let now = Double(self.now) / 1_000
         checked.completeWithTask {
             do {
-                return try await verifier.verify(token)
+                return try await verifier.verify(token, now: now)
             } catch {
                 logger.debug("fresh token refused", metadata: ["reason": "\(error)"])
                 return nil
