@@ -21,7 +21,7 @@ extension EventLoop {
     /// Answers one request exactly once, on the envelope it came with: at once, or, when it is expensive or its
     /// connection already waits for an expensive answer, later and in order (EventLoop+Fairness.swift).
     func handle(_ frames: [Socket.Frame], truncated: Bool) {
-        let split = RequestFrames(sizes: frames.map(\.bytes.count))
+        let split = RequestFrames(sizes: frames.lazy.map(\.bytes.count))
         let (bodyStart, bodies) = (split.bodyStart, split.bodies)
         let envelope = frames[..<bodyStart].map(\.bytes)
         let work: Work

@@ -12,9 +12,12 @@ struct RequestFrames: Equatable {
     var bodies: Int
 
     /// Finds the envelope of a message of `sizes` (each frame's byte count; the first is the routing id).
-    init(sizes: [Int]) {
+    init(sizes: some Collection<Int>) {
         var bodyStart = 1
-        if let delimiter = sizes.dropFirst().firstIndex(of: 0) { bodyStart = delimiter + 1 }
+        for (index, size) in sizes.enumerated().dropFirst() where size == 0 {
+            bodyStart = index + 1
+            break
+        }
         self.bodyStart = bodyStart
         bodies = sizes.count - bodyStart
     }
