@@ -125,8 +125,7 @@ extension EventLoop {
     /// Sends a published message to the WebSocket subscribers of its topic: one look-up, and one encoding shared by
     /// all of them. Called only while some WebSocket subscribes to something.
     func deliverToGateway(_ topic: [UInt8], _ body: PendingPublications.Body) {
-        let exact = gateway.subscribers[topic]
-        let everyUser = !gateway.allPresence.isEmpty && topic.first == UInt8(ascii: "p")
+        let (exact, everyUser) = gateway.receivers(of: topic)
         guard exact != nil || everyUser else { return }
         let frame = Codec.encodeUpdate(topic: topic, body: bytes(of: body))
         if let exact { for id in exact { deliver(frame, to: id) } }
