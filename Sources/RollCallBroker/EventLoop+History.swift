@@ -97,6 +97,62 @@ extension EventLoop {
         }
     }
 
+    /// A WebSocket `subscribe` with `after`: the transitions of the presence topics after that offset go out after
+    /// the reply, in offset order, then the live ones; nothing in between can come first, as all of it happens in
+    /// this one call on the loop. Refused (and nothing subscribed) when the log cannot continue from `after`, or
+    /// when more than a page (``HistoryQuery/maxLimit``) was missed: then query and subscribe again.
+    func resume(_ id: ConnectionID, to topics: [Topic], after: UInt64, logEpoch: String?, requestID: JSON?) {
+        switch missedTransitions(of: topics, after: after, logEpoch: logEpoch) {
+        case .success(let missed):
+            subscribe(id, to: topics, requestID: requestID, missed: missed)
+        case .failure(let error):
+            metrics.request(nil, failed: error.code)
+            deliver(Codec.encodeReply(id: requestID, .failure(error)), to: id)
+        }
+    }
+
+    private func missedTransitions(of topics: [Topic], after: UInt64, logEpoch: String?) -> Result<
+        [LogEntry], PresenceError
+    > {
+        guard let history, let writer else {
+            return .failure(
+                PresenceError(.noHistory, "this broker keeps no presence log, so a subscription cannot resume"))
+        }
+        _ = takeTransitions()
+        let committed = writer.committedOffset
+        let cap = HistoryQuery.maxLimit
+        do {
+            try checkCursor(after, epoch: logEpoch)
+            var missed: [LogEntry]
+            if topics.contains(.allPresence) {
+                missed = try history.log.events(after: after, limit: cap + 1).filter { $0.offset <= committed }
+                missed += history.pending(above: max(after, committed)) { _ in true }
+            } else {
+                var users = Set<UserID>()
+                for case .presence(let user) in topics { users.insert(user) }
+                missed = []
+                for user in users {
+                    missed += try history.log.history(of: user, from: nil, to: nil, after: after, limit: cap + 1)
+                        .filter { $0.offset <= committed }
+                }
+                missed += history.pending(above: max(after, committed)) { users.contains($0.record.user) }
+                missed.sort { $0.offset < $1.offset }
+            }
+            guard missed.count <= cap else {
+                throw PresenceError(
+                    .snapshotRequired,
+                    "more than \(cap) transitions of these topics came after offset \(after): subscribe without "
+                        + "'after' (the current records come at once) and continue from there")
+            }
+            return .success(missed)
+        } catch let error as PresenceError {
+            return .failure(error)
+        } catch {
+            logger.error("reading the presence log failed", metadata: ["error": "\(error)"])
+            return .failure(PresenceError(.noHistory, "the presence log cannot be read now: \(error)"))
+        }
+    }
+
     /// Refuses a cursor this log cannot continue: another epoch, trimmed away, or ahead of the log.
     private func checkCursor(_ after: UInt64, epoch: String?) throws {
         guard let history else { return }
