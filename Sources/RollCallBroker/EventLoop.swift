@@ -99,7 +99,8 @@ final class EventLoop {
             if let (state, log) = try store.openLog(keep: keep), keep {
                 core.startLog(after: state.lastOffset)
                 history = LoopHistory(log: log, epoch: state.epoch)
-                logger.info("presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
+                logger.info(
+                    "presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
             }
             writer = StoreWriter(
                 store: store, logger: logger,
