@@ -159,21 +159,21 @@ extension EventLoop {
         if let epoch, epoch != history.epoch {
             throw PresenceError(
                 .snapshotRequired,
-                "log_epoch '\(epoch)' is not this log's (\(history.epoch)): query, then continue from "
-                    + "ping's offset")
+                "log_epoch '\(epoch)' is not this log's (\(history.epoch)): take ping's offset, query, then "
+                    + "continue from it")
         }
         let state = try history.log.state()
         if after < state.trimmedThrough {
             throw PresenceError(
                 .snapshotRequired,
-                "offset \(after) is older than the log keeps (trimmed through \(state.trimmedThrough)): query, then "
-                    + "continue from ping's offset")
+                "offset \(after) is older than the log keeps (trimmed through \(state.trimmedThrough)): take ping's offset, query, then "
+                    + "continue from it")
         }
         if after > machine.core.logOffset {
             throw PresenceError(
                 .snapshotRequired,
-                "offset \(after) is ahead of this log (at \(machine.core.logOffset)): query, then continue from "
-                    + "ping's offset")
+                "offset \(after) is ahead of this log (at \(machine.core.logOffset)): take ping's offset, query, then "
+                    + "continue from it")
         }
     }
 
