@@ -173,7 +173,8 @@ let package = Package(
         .target(
             name: "RollCallBench",
             dependencies: [
-                "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallTestSupport", "RollCallWire", "ZeroMQ",
+                "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
+                "RollCallWire", "ZeroMQ",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),
