@@ -63,7 +63,8 @@ extension PresenceBenchmarks {
             let record = PresenceRecord(
                 user: UserID(validating: user)!, status: status, text: status == .busy ? "in a call" : nil,
                 since: BrokerTime(milliseconds: time), lastSeen: BrokerTime(milliseconds: time),
-                sessions: status == .offline ? 0 : 1, seq: UInt64(time) * 1_000, reason: status == .offline ? .bye : nil,
+                sessions: status == .offline ? 0 : 1, seq: UInt64(time) * 1_000,
+                reason: status == .offline ? .bye : nil,
                 offset: offset)
             batch.append(LogEntry(offset: offset, time: BrokerTime(milliseconds: time), record: record))
             if user == "busy" { busy.append(offset) }

@@ -47,9 +47,21 @@ extension EventLoop {
         guard let writer else { return }
         writer.note(time: now)
         history?.forget(through: writer.committedOffset)
+        // The writer drops the oldest past the same bound while the store cannot write (and the log then starts over).
+        if let count = history?.unwritten.count, count > writer.maxUnwrittenLog {
+            history?.unwritten.removeFirst(count - writer.maxUnwrittenLog)
+        }
         let entries = takeTransitions()
         guard !entries.isEmpty else { return }
         writer.enqueue(StoreBatch(brokerTime: now, log: entries))
+    }
+
+    /// The log started over under `epoch` (the writer dropped transitions while the store could not write): cursors
+    /// of the old epoch are refused from now on.
+    func adoptLog(epoch: String) {
+        guard let old = history else { return }
+        history = LoopHistory(log: old.log, epoch: epoch)
+        machine.logEpoch = epoch
     }
 
     /// Answers a request that reads the log, after the same authorization as every request.

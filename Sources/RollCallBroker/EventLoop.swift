@@ -105,7 +105,8 @@ final class EventLoop {
             writer = StoreWriter(
                 store: store, logger: logger,
                 logRetention: history == nil ? nil : configuration.historyRetentionMilliseconds,
-                committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted)
+                committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted,
+                logRestarted: { epoch in mailbox.post { loop in loop.adoptLog(epoch: epoch) } })
         } else {
             clock = BrokerClock(manual: configuration.testMode)
             writer = nil

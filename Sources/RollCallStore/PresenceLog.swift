@@ -155,6 +155,12 @@ extension SQLiteStore {
         return (state, try PresenceLog(directory: directory))
     }
 
+    public func restartLog() throws -> String {
+        let epoch = Self.newEpoch()
+        try Self.sqlite(.write, path: path) { try database.write { db in try Self.startLog(db, epoch: epoch) } }
+        return epoch
+    }
+
     /// A new log epoch: 16 random hex digits.
     static func newEpoch() -> String {
         var generator = SystemRandomNumberGenerator()
