@@ -207,7 +207,8 @@ let package = Package(
         .testTarget(
             name: "RollCallBrokerTests",
             dependencies: [
-                "RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallSecurity", "RollCallStore", "RollCallWire",
+                "RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallSecurity", "RollCallStore",
+                "RollCallWire",
                 "ZeroMQ", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
