@@ -43,6 +43,9 @@ final class StoreWriter: Sendable {
     static let defaultMaxUnwrittenLog = 1_000_000
     let maxUnwrittenLog: Int
 
+    /// The least time between two writes' starts (the presence log's commits, docs/history.md).
+    static let writeSpacing: Duration = .milliseconds(5)
+
     /// The most log entries one trimming transaction deletes: trimming a busy week never holds the file for long.
     static let trimBatch = 10_000
     /// How often the log is trimmed, in broker milliseconds, while nothing is left over from the last trim.
@@ -104,8 +107,16 @@ final class StoreWriter: Sendable {
         var failures = 0
         var trim = LogTrimming()
         var droppedLog = 0
+        var lastWrite = ContinuousClock.now - Self.writeSpacing
         while true {
             _ = work.wait(timeout: .now() + Self.checkInterval)
+            // Transitions come every loop round: one commit per round would cost a write(2) each, on a core the
+            // loop needs. What comes within the spacing of the last write goes in the next one.
+            let wait = lastWrite + Self.writeSpacing - ContinuousClock.now
+            if wait > .zero, !queue.withLock({ $0.finishing }) {
+                let (seconds, attoseconds) = wait.components
+                Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
+            }
             let (batches, finishing) = queue.withLock { queue in
                 defer { queue.pending = [] }
                 return (queue.pending, queue.finishing)
@@ -116,6 +127,7 @@ final class StoreWriter: Sendable {
                 let batch = Self.merge(all)
                 do {
                     let started = ContinuousClock.now
+                    lastWrite = started
                     try store.write(batch)
                     writeTimer.record(duration: ContinuousClock.now - started)
                     if let last = batch.log.last?.offset {
