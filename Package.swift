@@ -174,6 +174,7 @@ let package = Package(
             name: "RollCallServer",
             dependencies: [
                 "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallOperations", "RollCallSecurity",
+                "RollCallWebhooks",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -198,7 +199,8 @@ let package = Package(
             name: "rollcall",
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
-                "RollCallSecurity", "RollCallServer", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ",
+                "RollCallSecurity", "RollCallServer", "RollCallWebhooks", "RollCallWebSocketClient", "RollCallWire",
+                "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -251,7 +253,8 @@ let package = Package(
             ]
         ),
         .testTarget(
-            name: "RollCallServerTests", dependencies: ["RollCallBroker", "RollCallOperations", "RollCallServer"]),
+            name: "RollCallServerTests",
+            dependencies: ["RollCallBroker", "RollCallOperations", "RollCallServer", "RollCallWebhooks"]),
         .testTarget(name: "RollCallClusterTests", dependencies: ["RollCallCluster", "RollCallTestSupport"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
