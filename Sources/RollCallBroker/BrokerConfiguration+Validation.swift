@@ -23,6 +23,8 @@ extension BrokerConfiguration {
         public static let ttlMilliseconds: ClosedRange<Int64> = 1...day
         public static let offlineGraceMilliseconds: ClosedRange<Int64> = 0...day
         public static let writeIntervalMilliseconds: ClosedRange<Int64> = 1...3_600_000
+        /// Up to ten years: the log's times are broker milliseconds, far from overflowing.
+        public static let historyRetentionMilliseconds: ClosedRange<Int64> = 0...(3_650 * day)
         public static let brokerHeartbeatMilliseconds: ClosedRange<Int64> = 10...3_600_000
         public static let groupBatchMilliseconds: ClosedRange<Int64> = 0...60_000
         public static let maxMessageBytes: ClosedRange<Int> = 1_024...16_777_216
@@ -63,6 +65,8 @@ extension BrokerConfiguration {
         try Self.check("--max-message-bytes", maxMessageBytes, in: Range.maxMessageBytes)
         try Self.check("--update-hwm", updateHighWaterMark, in: Range.updateHighWaterMark)
         try Self.check("--write-interval-ms", writeIntervalMilliseconds, in: Range.writeIntervalMilliseconds)
+        try Self.check(
+            "--history-retention-ms", historyRetentionMilliseconds, in: Range.historyRetentionMilliseconds)
         try Self.check("--broker-heartbeat-ms", brokerHeartbeatMilliseconds, in: Range.brokerHeartbeatMilliseconds)
         try Self.check("--broker-id", brokerID.utf8.count, in: Range.brokerIDBytes, unit: "bytes long")
         try Self.check("--update-stall-ms", updateStallMilliseconds, in: Range.updateStallMilliseconds)
@@ -90,10 +94,6 @@ extension BrokerConfiguration {
             where !Self.isLocal(endpoint) {
                 throw ConfigurationError(
                     setting, "must be a loopback, ipc:// or inproc:// endpoint in --test-mode, not '\(endpoint)'")
-            }
-            if case .none = storage {
-            } else {
-                throw ConfigurationError("--test-mode", "keeps no state: it excludes --data-dir")
             }
         }
         if curve == nil && !insecure {

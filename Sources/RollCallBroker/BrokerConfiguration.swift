@@ -31,12 +31,16 @@ public struct BrokerConfiguration: Sendable {
     public var storage: Storage = .none
     /// How often changes are handed to the store: at most this much is lost when the broker is killed.
     public var writeIntervalMilliseconds: Int64 = 200
+    /// How long the presence log keeps transitions (docs/history.md): 7 days; 0 keeps no log. Only with a data
+    /// directory, and not on a node of a cluster.
+    public var historyRetentionMilliseconds: Int64 = 604_800_000
     /// How often the broker publishes its own heartbeat on `broker/`.
     public var brokerHeartbeatMilliseconds: Int64 = 1_000
     /// The broker's id, as `ping` answers it.
     public var brokerID = hostName()
     /// Test mode: the broker's clock moves only through `advance` requests, so tests reach TTLs, grace periods and
-    /// batch windows without waiting. Loopback endpoints and ephemeral state only; never for production.
+    /// batch windows without waiting. Loopback endpoints only, ephemeral unless given a data directory; never for
+    /// production.
     public var testMode = false
     /// The largest reply body the broker sends, in bytes: longer `group` and `query` answers are paged
     /// (docs/protocol.md §6.5, §6.7). With ``commandHighWaterMark`` it bounds what one connection that never reads

@@ -9,7 +9,8 @@ final class BrokerMetrics {
     private var requests: [[Counter?]] = Array(
         repeating: Array(repeating: nil, count: 1 + ErrorCode.allCases.count), count: opNames.count)
     private static let opNames = [
-        "hello", "heartbeat", "status", "bye", "query", "ping", "group", "ungroup", "advance", "invalid",
+        "hello", "heartbeat", "status", "bye", "query", "ping", "group", "ungroup", "advance", "history", "events",
+        "invalid",
     ]
     private static let resultNames = ["ok"] + ErrorCode.allCases.map(\.rawValue)
     private static let resultIndex = Dictionary(
@@ -59,11 +60,13 @@ final class BrokerMetrics {
         case .heartbeat: 1
         case .status: 2
         case .bye: 3
-        case .query: 4
+        case .query, .queryAt: 4
         case .ping: 5
         case .group: 6
         case .ungroup: 7
         case .advance: 8
+        case .history: 9
+        case .events: 10
         }
     }
 

@@ -121,8 +121,8 @@ extension Request {
     /// Whether the reply can be large: a group (a page of members) or a query of many users.
     var isExpensive: Bool {
         switch self {
-        case .group: true
-        case .query(let users): users.count > 32
+        case .group, .history, .events: true
+        case .query(let users), .queryAt(let users, _): users.count > 32
         default: false
         }
     }
@@ -138,7 +138,7 @@ extension Request {
     /// Whether the request only reads (its reply is all it does).
     var isRead: Bool {
         switch self {
-        case .query, .ping: true
+        case .query, .ping, .queryAt, .history, .events: true
         case .group(_, let edit, _): edit.isReadOnly
         default: false
         }

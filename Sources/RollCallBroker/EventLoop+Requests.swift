@@ -104,9 +104,13 @@ extension EventLoop {
     /// `rollcall_requests_total`. A refused request changes nothing.
     func counted(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
         let result: Result<Reply, PresenceError>
-        switch machine.handle(request, connection: connection, access: access, now: clock.now()) {
-        case .reply(let reply): result = reply
-        case .advanceClock(let milliseconds): result = .success(advance(by: milliseconds))
+        if request.readsLog {
+            result = readLog(request, access: access)
+        } else {
+            switch machine.handle(request, connection: connection, access: access, now: clock.now()) {
+            case .reply(let reply): result = reply
+            case .advanceClock(let milliseconds): result = .success(advance(by: milliseconds))
+            }
         }
         carryOutEffects()
         switch result {

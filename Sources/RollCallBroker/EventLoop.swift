@@ -46,6 +46,8 @@ final class EventLoop {
     /// Topics that have at least one subscriber, as the XPUB reports them (Machine/TopicCounts.swift).
     var subscribedTopics: TopicCounts
     let writer: StoreWriter?
+    /// The presence log, when the broker keeps one (EventLoop+History.swift).
+    var history: LoopHistory?
     /// The ROUTER's connections, from the socket monitor (ConnectionTracker.swift, EventLoop+Connections.swift).
     var connections = ConnectionTracker()
     /// Refused connections are logged at most every 10 s.
@@ -68,7 +70,7 @@ final class EventLoop {
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
         monitor: Socket, zap: Socket? = nil, xpubMonitor: Socket? = nil, store: (any PresenceStore)?, logger: Logger,
         wakeLoop: @escaping @Sendable () -> Void, mailbox: LoopMailbox, heartbeat: LoopHeartbeat,
-        cluster: ClusterLink? = nil
+        cluster: ClusterLink? = nil, logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in }
     ) throws {
         self.cluster = cluster
         subscribedTopics = TopicCounts(manual: configuration.curve?.authorizedKeys != nil)
@@ -91,7 +93,18 @@ final class EventLoop {
                     "users": "\(kept.records.count)", "available": "\(core.availableUserCount)",
                     "groups": "\(kept.groups.count)", "skipped": "\(kept.skippedRows)",
                 ])
-            writer = StoreWriter(store: store, logger: logger, wakeLoop: wakeLoop)
+            // The log is kept on a single broker with a data directory (a node of a cluster would number transitions
+            // apart from the other nodes: docs/history.md, known weaknesses).
+            let keep = configuration.historyRetentionMilliseconds > 0 && cluster == nil
+            if let (state, log) = try store.openLog(keep: keep), keep {
+                core.startLog(after: state.lastOffset)
+                history = LoopHistory(log: log, epoch: state.epoch)
+                logger.info("presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
+            }
+            writer = StoreWriter(
+                store: store, logger: logger,
+                logRetention: history == nil ? nil : configuration.historyRetentionMilliseconds,
+                committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted)
         } else {
             clock = BrokerClock(manual: configuration.testMode)
             writer = nil
@@ -106,6 +119,7 @@ final class EventLoop {
         machine = BrokerMachine(
             configuration: configuration, epoch: epoch, core: core, publishing: publishing,
             logsSessionSteps: logger.logLevel <= .debug)
+        machine.logEpoch = history?.epoch
     }
 
     /// Turns until `stopping` is set, then writes the last changes and closes the sockets. Throws if the loop
@@ -133,7 +147,7 @@ final class EventLoop {
     /// Hands the last changes to the store and waits for them; whether everything is stored.
     private func finishWriting() -> Bool {
         guard let writer else { return true }
-        writer.enqueue(batch(now: clock.now()))
+        writer.enqueue(batch(now: clock.now()).appendingLog(takeTransitions()))
         return writer.finish()
     }
 
@@ -216,8 +230,10 @@ final class EventLoop {
         }
         // Changes go to the store once per write interval, in one batch, without waiting for it.
         if let writer, schedule.writeDue(now: now, hasChanges: machine.core.hasChanges) {
-            writer.enqueue(batch(now: now))
+            writer.enqueue(batch(now: now).appendingLog(takeTransitions()))
         }
+        // Transitions go to the log every round: they are what a crash must not lose (docs/history.md).
+        if history != nil { writeTransitions(now: now) }
     }
 
     /// Gives freed memory back to the system once connections closed (Allocator.swift), when the schedule says.

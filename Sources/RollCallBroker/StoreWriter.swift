@@ -28,16 +28,33 @@ final class StoreWriter: Sendable {
     private let writeTimer = Timer(label: "rollcall_store_write_seconds")
     private let work = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
+    /// How long the presence log keeps transitions (docs/history.md); `nil` when no log is kept.
+    private let logRetention: Int64?
+    /// The highest log offset written so far: entries at or below it are in the file.
+    private let committed: Atomic<UInt64>
+    /// Told the highest offset written, after each write that appended to the log (webhook delivery wakes on it).
+    private let logCommitted: @Sendable (UInt64) -> Void
+
+    /// The most log entries one trimming transaction deletes: trimming a busy week never holds the file for long.
+    static let trimBatch = 10_000
+    /// How often the log is trimmed, in broker milliseconds, while nothing is left over from the last trim.
+    static let trimInterval: Int64 = 10_000
 
     /// How often the writer looks at the store's file and retries a failed write, even with nothing new to write.
     static let checkInterval: DispatchTimeInterval = .seconds(1)
 
     /// Starts the writer's thread. `wakeLoop` wakes the event loop, from the writer's thread, when it wants the
     /// whole state.
-    init(store: any PresenceStore, logger: Logger, wakeLoop: @escaping @Sendable () -> Void) {
+    init(
+        store: any PresenceStore, logger: Logger, logRetention: Int64? = nil, committedOffset: UInt64 = 0,
+        wakeLoop: @escaping @Sendable () -> Void, logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in }
+    ) {
         self.initialStore = Mutex(store)
         self.logger = logger
         self.wakeLoop = wakeLoop
+        self.logRetention = logRetention
+        self.committed = Atomic(committedOffset)
+        self.logCommitted = logCommitted
         let thread = Thread { [self] in run() }
         thread.name = "rollcall-store"
         thread.start()
@@ -49,6 +66,9 @@ final class StoreWriter: Sendable {
         queue.withLock { $0.pending.append(batch) }
         work.signal()
     }
+
+    /// The highest log offset in the file: the loop keeps the entries above it to answer reads (docs/history.md).
+    var committedOffset: UInt64 { committed.load(ordering: .acquiring) }
 
     /// Whether the writer asked for the whole state since the last call (its file was made anew); the loop then
     /// enqueues everything it holds.
@@ -70,6 +90,7 @@ final class StoreWriter: Sendable {
         guard var store = initialStore.withLock({ $0.take() }) else { return }
         var failed: StoreBatch?
         var failures = 0
+        var trim = LogTrimming()
         while true {
             _ = work.wait(timeout: .now() + Self.checkInterval)
             let (batches, finishing) = queue.withLock { queue in
@@ -84,6 +105,10 @@ final class StoreWriter: Sendable {
                     let started = ContinuousClock.now
                     try store.write(batch)
                     writeTimer.record(duration: ContinuousClock.now - started)
+                    if let last = batch.log.last?.offset {
+                        committed.store(last, ordering: .releasing)
+                        logCommitted(last)
+                    }
                     if failures > 0 { logger.notice("store writes work again", metadata: ["failed": "\(failures)"]) }
                     failed = nil
                     failures = 0
@@ -100,6 +125,7 @@ final class StoreWriter: Sendable {
                     }
                 }
             }
+            if let retention = logRetention, failed == nil { trimLog(store, &trim, retention: retention) }
             if finishing {
                 if failed != nil {
                     logger.critical(
@@ -109,6 +135,40 @@ final class StoreWriter: Sendable {
                 queue.withLock { $0.allWritten = failed == nil }
                 return
             }
+        }
+    }
+
+    /// The broker's clock, as the loop last said (``note(time:)``): trimming follows it, test mode's included.
+    private let brokerTime = Atomic<Int64>(Int64.min)
+
+    /// Tells the writer the broker's time, for trimming the log; cheap enough for every loop round.
+    func note(time: BrokerTime) {
+        brokerTime.store(time.milliseconds, ordering: .relaxed)
+    }
+
+    /// When the log was last trimmed.
+    private struct LogTrimming {
+        var last: BrokerTime?
+        var unfinished = false
+    }
+
+    /// Deletes log entries older than the retention, at most ``trimBatch`` per round, once per ``trimInterval`` of
+    /// broker time (every round while a trim is unfinished). Off the loop; a failure is logged and tried again.
+    private func trimLog(_ store: any PresenceStore, _ trim: inout LogTrimming, retention: Int64) {
+        let now = brokerTime.load(ordering: .relaxed)
+        guard now != Int64.min else { return }
+        let time = BrokerTime(milliseconds: now)
+        guard trim.unfinished || trim.last.map({ time - $0 >= Self.trimInterval }) ?? true else { return }
+        do {
+            let deleted = try store.trimLog(
+                before: BrokerTime(milliseconds: time.milliseconds - retention), maxRows: Self.trimBatch)
+            trim.unfinished = deleted == Self.trimBatch
+            trim.last = time
+            if deleted > 0 { logger.debug("presence log trimmed", metadata: ["entries": "\(deleted)"]) }
+            if trim.unfinished { work.signal() }  // the rest at once, one transaction at a time
+        } catch {
+            trim.last = time
+            logger.error("trimming the presence log failed", metadata: ["error": "\(error)"])
         }
     }
 
@@ -135,7 +195,9 @@ final class StoreWriter: Sendable {
         var records: [UserID: PresenceRecord] = [:]
         var groups: [GroupID: StoredGroup?] = [:]  // nil: deleted
         var time = batches[0].brokerTime
+        var log: [LogEntry] = []
         for batch in batches {
+            log += batch.log  // transitions are kept, all of them, in order
             for record in batch.records { records[record.user] = record }
             // Within a batch deletions win, as the store applies them after the upserts.
             for group in batch.groups { groups[group.group] = group }
@@ -145,6 +207,6 @@ final class StoreWriter: Sendable {
         return StoreBatch(
             records: records.values.sorted { $0.user < $1.user },
             groups: groups.values.compactMap { $0 }.sorted { $0.group < $1.group },
-            deletedGroups: groups.filter { $0.value == nil }.keys.sorted(), brokerTime: time)
+            deletedGroups: groups.filter { $0.value == nil }.keys.sorted(), brokerTime: time, log: log)
     }
 }

@@ -211,6 +211,25 @@ public final class CommandClient {
         try call(.ungroup(group))["deleted"] == .bool(true)
     }
 
+    /// Each user's record as the presence log tells it at broker time `at` (docs/history.md); one page.
+    public func query(_ users: [UserID], at: BrokerTime) throws -> [UserID: PresenceRecord] {
+        try decoding { try Codec.decodeQuery(try call(.queryAt(users: users, at: at))) }
+    }
+
+    /// One page of a user's transitions from the presence log (docs/history.md).
+    public func history(_ query: HistoryQuery) throws -> LogPage {
+        try decoding { try Codec.decodeLogPage(try call(.history(query)), name: "history") }
+    }
+
+    /// One page of every user's transitions after `after` (docs/history.md): the feed of an app's backend.
+    public func events(after: UInt64, logEpoch: String? = nil, limit: Int = HistoryQuery.defaultLimit) throws
+        -> LogPage
+    {
+        try decoding {
+            try Codec.decodeLogPage(try call(.events(after: after, logEpoch: logEpoch, limit: limit)), name: "events")
+        }
+    }
+
     public func ping() throws -> BrokerInfo {
         try decoding { try Codec.decodeBrokerInfo(try call(.ping)) }
     }

@@ -65,7 +65,7 @@ extension PresenceCore {
         for record in records {
             var user = User(
                 status: record.status, text: record.text, since: record.since, lastSeen: record.lastSeen,
-                seq: record.seq, reason: record.reason)
+                seq: record.seq, reason: record.reason, offset: record.offset ?? 0)
             if record.status.isAvailable {
                 let id = SessionID("restored/\(record.user.rawValue)")  // '/' is never in a broker-made token
                 statusChanges += 1

@@ -7,7 +7,8 @@ extension PresenceCore {
         return PresenceRecord(
             user: user, status: state.status, text: state.text, since: state.since,
             lastSeen: state.status.isAvailable ? now : state.lastSeen, sessions: state.publishedSessions,
-            seq: state.seq, reason: state.status.isAvailable ? nil : state.reason)
+            seq: state.seq, reason: state.status.isAvailable ? nil : state.reason,
+            offset: state.offset > 0 ? state.offset : nil)
     }
 
     /// The record of `user` as the user's own sessions and operators see it: the sessions count every live session,
@@ -85,10 +86,13 @@ extension PresenceCore {
         state.text = text
         state.publishedSessions = visible
         state.seq = stamp.map { max(state.seq + 1, $0.seq) } ?? nextSeq(after: state.seq, now: now)
+        if logsTransitions { state.offset = nextOffset(now: now) }
         users[user] = state
         if tracksChanges { changedUsers.insert(user) }
         noteMemberChange(user, from: previous, to: status, now: now)
-        return [record(of: user, now: at)]
+        let published = record(of: user, now: at)
+        if logsTransitions { transitions.append(LogEntry(offset: state.offset, time: at, record: published)) }
+        return [published]
     }
 
     /// `seq` grows by one per change and never falls behind the broker's clock in microseconds, so it keeps

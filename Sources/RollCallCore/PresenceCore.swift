@@ -50,6 +50,8 @@ public struct PresenceCore: Sendable {
         var reason: OfflineReason?
         /// The session count of the last record: a change of it is a change of the record.
         var publishedSessions = 0
+        /// The log offset of the last record (PresenceCore+Log.swift); 0 if it has none.
+        var offset: UInt64 = 0
     }
 
     /// A session's expiry check. A heartbeat only moves `Session.expiresAt`, and a check that finds the session
@@ -83,6 +85,10 @@ public struct PresenceCore: Sendable {
     public var tracksChanges = true
     /// Restart placeholders still standing; they count for no session limit.
     var placeholderCount = 0
+    /// Whether records take log offsets (PresenceCore+Log.swift); off unless the broker keeps a log.
+    public internal(set) var logsTransitions = false
+    var lastOffset: UInt64 = 0
+    var transitions: [LogEntry] = []
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration

@@ -19,6 +19,13 @@ public enum ErrorCode: String, Sendable, CaseIterable {
     /// This cluster node cannot reach the cluster's store (etcd) now, so it takes no new sessions and answers no
     /// reads it cannot vouch for: try another node, or later (docs/cluster.md).
     case clusterUnavailable = "cluster_unavailable"
+    /// The presence log no longer holds what was asked (an offset or a time older than its retention) or the
+    /// request names another log (`log_epoch`): `query` the current state and continue from the offset `ping`
+    /// reports (docs/history.md).
+    case snapshotRequired = "snapshot_required"
+    /// The broker keeps no presence log (`--history-retention-ms 0`, `--ephemeral`, or a cluster node), so it
+    /// answers no `history`, `events` or `query` with `at` (docs/history.md).
+    case noHistory = "no_history"
 }
 
 /// An error answered to a request: a stable code and a message for people.

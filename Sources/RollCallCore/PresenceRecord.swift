@@ -15,10 +15,13 @@ public struct PresenceRecord: Equatable, Sendable {
     public var seq: UInt64
     /// Why the user is not available, when they were before.
     public var reason: OfflineReason?
+    /// Where this record stands in the presence log (docs/history.md): set by a broker that keeps one, `nil`
+    /// otherwise and for a user with no transition in it.
+    public var offset: UInt64?
 
     public init(
         user: UserID, status: Status, text: String? = nil, since: BrokerTime?, lastSeen: BrokerTime?,
-        sessions: Int, seq: UInt64, reason: OfflineReason? = nil
+        sessions: Int, seq: UInt64, reason: OfflineReason? = nil, offset: UInt64? = nil
     ) {
         self.user = user
         self.status = status
@@ -28,6 +31,7 @@ public struct PresenceRecord: Equatable, Sendable {
         self.sessions = sessions
         self.seq = seq
         self.reason = reason
+        self.offset = offset
     }
 
     /// The record of a user the broker has never seen.

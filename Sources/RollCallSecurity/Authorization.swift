@@ -29,7 +29,8 @@ public enum Access: Equatable, Sendable {
 /// |---|---|---|---|
 /// | `hello` for user X | X = U | yes | no |
 /// | `heartbeat`, `status`, `bye` | U's sessions | yes | no |
-/// | `query`, `ping`, `group` that only reads | yes | yes | yes |
+/// | `query`, `ping`, `history`, `group` that only reads | yes | yes | yes |
+/// | `events` (every user's transitions) | no | yes | yes |
 /// | `group` that edits, `ungroup`, `advance` | no | yes | no |
 ///
 /// Pure: the caller says whose a session is.
@@ -47,7 +48,11 @@ public enum Authorization {
         case .role(let granted): role = granted
         }
         switch request {
-        case .query, .ping:
+        case .query, .ping, .queryAt, .history:
+            return nil
+        case .events:
+            // Every user's transitions: the feed of the app's backend, not of one user's key.
+            if case .user = role { return forbidden(role, "events") }
             return nil
         case .group(_, let edit, _) where edit.isReadOnly:
             return nil
@@ -90,8 +95,8 @@ public enum Authorization {
             switch role {
             case .user(let user):
                 "a key of user \(user) may say hello as \(user), touch \(user)'s sessions, and read (query, ping, "
-                    + "reading groups, exact topics)"
-            case .reader: "a reader key may only read (query, ping, reading groups, any subscription)"
+                    + "history, reading groups, exact topics)"
+            case .reader: "a reader key may only read (query, ping, history, events, reading groups, any subscription)"
             case .operator: "an operator key may do everything"
             }
         return PresenceError(.forbidden, "\(what) is not allowed for this key: \(summary)")

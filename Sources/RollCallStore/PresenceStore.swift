@@ -1,3 +1,5 @@
+import RollCallCore
+
 /// Where the broker keeps its state. Implementations are safe to call from one writer thread at a time.
 public protocol PresenceStore: Sendable {
     /// Reads everything stored.
@@ -11,6 +13,11 @@ public protocol PresenceStore: Sendable {
     func reopened() throws -> any PresenceStore
     /// Where the state lives, for logs.
     var location: String { get }
+    /// Prepares the presence log as the broker starts (docs/history.md) and opens it for reading: kept with `keep`,
+    /// emptied and marked as not kept without. `nil` for a store that keeps no log.
+    func openLog(keep: Bool) throws -> (state: LogState, log: PresenceLog)?
+    /// Deletes up to `maxRows` log entries older than `cutoff` (each user's latest before it stays); how many went.
+    func trimLog(before cutoff: BrokerTime, maxRows: Int) throws -> Int
 }
 
 extension PresenceStore {
@@ -18,4 +25,6 @@ extension PresenceStore {
     public var isIntact: Bool { true }
     public func reopened() throws -> any PresenceStore { self }
     public var location: String { "memory" }
+    public func openLog(keep: Bool) throws -> (state: LogState, log: PresenceLog)? { nil }
+    public func trimLog(before cutoff: BrokerTime, maxRows: Int) throws -> Int { 0 }
 }

@@ -11,7 +11,7 @@ extension SQLiteStore {
     static func load(_ db: Database) throws -> StoredState {
         var state = StoredState()
         let users = try Row.fetchCursor(
-            db, sql: "SELECT user, status, text, since, last_seen, sessions, seq, reason FROM users ORDER BY user")
+            db, sql: "SELECT user, status, text, since, last_seen, sessions, seq, reason, log_offset FROM users ORDER BY user")
         while let row = try users.next() {
             do throws(BadRow) {
                 state.records.append(try record(from: row))
@@ -57,24 +57,36 @@ extension SQLiteStore {
         }
     }
 
-    private static func record(from row: Row) throws(BadRow) -> PresenceRecord {
-        let user = try userID(row[0])
-        guard let status = Status(rawValue: try text(row[1])) else { throw BadRow() }
-        let since = try optional(row[3], integer).map(BrokerTime.init)
-        let lastSeen = try optional(row[4], integer).map(BrokerTime.init)
-        guard let sessions = Int(exactly: try integer(row[5])) else { throw BadRow() }
-        let reason = try optional(row[7], text).map { (name) throws(BadRow) -> OfflineReason in
+    /// A record from `user, status, text, since, last_seen, sessions, seq, reason` starting at column `first`, and
+    /// `log_offset` after them when the row has it.
+    private static func record(from row: Row, first: Int = 0) throws(BadRow) -> PresenceRecord {
+        let user = try userID(row[first])
+        guard let status = Status(rawValue: try text(row[first + 1])) else { throw BadRow() }
+        let since = try optional(row[first + 3], integer).map(BrokerTime.init)
+        let lastSeen = try optional(row[first + 4], integer).map(BrokerTime.init)
+        guard let sessions = Int(exactly: try integer(row[first + 5])) else { throw BadRow() }
+        let reason = try optional(row[first + 7], text).map { (name) throws(BadRow) -> OfflineReason in
             guard let reason = OfflineReason(rawValue: name) else { throw BadRow() }
             return reason
         }
         return PresenceRecord(
-            user: user, status: status, text: try optional(row[2], text), since: since, lastSeen: lastSeen,
-            sessions: sessions, seq: try unsigned(row[6]), reason: reason)
+            user: user, status: status, text: try optional(row[first + 2], text), since: since, lastSeen: lastSeen,
+            sessions: sessions, seq: try unsigned(row[first + 6]), reason: reason,
+            offset: row.count > first + 8 ? try optional(row[first + 8], unsigned) : nil)
+    }
+
+    /// A log entry from `log_offset, at, user, status, text, since, last_seen, sessions, seq, reason`.
+    static func logEntry(from row: Row) throws(BadRow) -> LogEntry {
+        let offset = try unsigned(row[0])
+        let time = BrokerTime(milliseconds: try integer(row[1]))
+        var record = try record(from: row, first: 2)
+        record.offset = offset
+        return LogEntry(offset: offset, time: time, record: record)
     }
 }
 
 /// A stored value that does not decode to what its column should hold.
-private struct BadRow: Error {}
+struct BadRow: Error {}
 
 // Strict readers: SQLite lets any column hold any type, so each value's storage class is checked, not converted.
 
@@ -88,7 +100,7 @@ private func integer(_ value: DatabaseValue) throws(BadRow) -> Int64 {
     return integer
 }
 
-private func unsigned(_ value: DatabaseValue) throws(BadRow) -> UInt64 {
+func unsigned(_ value: DatabaseValue) throws(BadRow) -> UInt64 {
     guard let unsigned = UInt64(exactly: try integer(value)) else { throw BadRow() }
     return unsigned
 }

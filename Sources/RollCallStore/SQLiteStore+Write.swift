@@ -7,21 +7,23 @@ extension SQLiteStore {
     static func write(_ batch: StoreBatch, to db: Database, path: String) throws {
         let upsertUser = try db.cachedStatement(
             sql: """
-                INSERT INTO users (user, status, text, since, last_seen, sessions, seq, reason)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO users (user, status, text, since, last_seen, sessions, seq, reason, log_offset)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (user) DO UPDATE SET
                     status = excluded.status, text = excluded.text, since = excluded.since,
                     last_seen = excluded.last_seen, sessions = excluded.sessions, seq = excluded.seq,
-                    reason = excluded.reason
+                    reason = excluded.reason, log_offset = excluded.log_offset
                 """)
         for record in batch.records {
             let seq = try storableInteger(record.seq, "the seq of user \(record.user)", path: path)
             upsertUser.setUncheckedArguments([
                 record.user.rawValue, record.status.rawValue, record.text, record.since?.milliseconds,
                 record.lastSeen?.milliseconds, Int64(record.sessions), seq, record.reason?.rawValue,
+                try record.offset.map { try storableInteger($0, "the log offset of user \(record.user)", path: path) },
             ])
             try upsertUser.execute()
         }
+        try appendLog(batch.log, to: db, path: path)
         try writeGroups(batch, to: db, path: path)
         try db.execute(
             sql: """
@@ -29,6 +31,27 @@ extension SQLiteStore {
                 ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
                 """,
             arguments: [brokerTimeKey, batch.brokerTime.milliseconds])
+    }
+
+    /// Appends transitions to the log. An offset already there (written again after a failed commit was retried
+    /// with more) is left as it was.
+    private static func appendLog(_ entries: [LogEntry], to db: Database, path: String) throws {
+        guard !entries.isEmpty else { return }
+        let insert = try db.cachedStatement(
+            sql: """
+                INSERT OR IGNORE INTO log (log_offset, at, user, status, text, since, last_seen, sessions, seq, reason)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        for entry in entries {
+            let record = entry.record
+            insert.setUncheckedArguments([
+                try storableInteger(entry.offset, "a log offset", path: path), entry.time.milliseconds,
+                record.user.rawValue, record.status.rawValue, record.text, record.since?.milliseconds,
+                record.lastSeen?.milliseconds, Int64(record.sessions),
+                try storableInteger(record.seq, "the seq of user \(record.user)", path: path), record.reason?.rawValue,
+            ])
+            try insert.execute()
+        }
     }
 
     private static func writeGroups(_ batch: StoreBatch, to db: Database, path: String) throws {

@@ -10,17 +10,20 @@ public struct StoreBatch: Sendable, Equatable {
     public var deletedGroups: [GroupID]
     /// Stored if greater than the stored one.
     public var brokerTime: BrokerTime
+    /// Appended to the presence log, in offset order (docs/history.md).
+    public var log: [LogEntry]
 
     public init(
         records: [PresenceRecord] = [], groups: [StoredGroup] = [], deletedGroups: [GroupID] = [],
-        brokerTime: BrokerTime
+        brokerTime: BrokerTime, log: [LogEntry] = []
     ) {
         self.records = records
         self.groups = groups
         self.deletedGroups = deletedGroups
         self.brokerTime = brokerTime
+        self.log = log
     }
 
     /// A batch with no records and no group changes; writing it does nothing, not even store `brokerTime`.
-    public var isEmpty: Bool { records.isEmpty && groups.isEmpty && deletedGroups.isEmpty }
+    public var isEmpty: Bool { records.isEmpty && groups.isEmpty && deletedGroups.isEmpty && log.isEmpty }
 }

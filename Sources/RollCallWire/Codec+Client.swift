@@ -77,6 +77,36 @@ extension Codec {
         case .advance(let milliseconds):
             writer.key("ms")
             writer.integer(milliseconds)
+        case .queryAt(let users, let at):
+            writer.key("users")
+            writer.beginArray()
+            for user in users { writer.string(user.rawValue) }
+            writer.endArray()
+            writer.key("at")
+            writer.integer(at.milliseconds)
+        case .history(let query):
+            writer.key("user")
+            writer.string(query.user.rawValue)
+            for (name, value) in [("from", query.from?.milliseconds), ("to", query.to?.milliseconds)] {
+                guard let value else { continue }
+                writer.key(name)
+                writer.integer(value)
+            }
+            if let after = query.after {
+                writer.key("after")
+                writer.integer(after)
+            }
+            writer.key("limit")
+            writer.integer(query.limit)
+        case .events(let after, let epoch, let limit):
+            writer.key("after")
+            writer.integer(after)
+            if let epoch {
+                writer.key("log_epoch")
+                writer.string(epoch)
+            }
+            writer.key("limit")
+            writer.integer(limit)
         }
         writer.endObject()
         return writer.bytes
@@ -122,7 +152,31 @@ extension Codec {
         else { throw MalformedMessage(description: "a ping reply must carry broker, version, epoch and time") }
         return BrokerInfo(
             broker: broker, version: version, epoch: epoch, time: BrokerTime(milliseconds: time),
-            testMode: fields["test_mode"] == .bool(true), cluster: decodeClusterStanding(fields))
+            testMode: fields["test_mode"] == .bool(true), cluster: decodeClusterStanding(fields),
+            log: decodeLogPosition(fields))
+    }
+
+    /// `"offset"` and `"log_epoch"` of a `ping` reply or a log page, if both are there.
+    public static func decodeLogPosition(_ fields: [JSONKey: JSON]) -> LogPosition? {
+        guard let epoch = fields["log_epoch"]?.string, let offset = fields["offset"].flatMap(unsigned) else {
+            return nil
+        }
+        return LogPosition(epoch: epoch, offset: offset)
+    }
+
+    /// Reads a `history` or `events` reply (`name` says which).
+    public static func decodeLogPage(_ fields: [JSONKey: JSON], name: String) throws -> LogPage {
+        guard case .array(let items)? = fields[JSONKey(name)], let position = decodeLogPosition(fields) else {
+            throw MalformedMessage(description: "a \(name) reply must carry \(name), offset and log_epoch")
+        }
+        let entries = try items.map { (item) throws -> LogEntry in
+            guard case .object(let entry) = item, let offset = entry["offset"].flatMap(unsigned),
+                let time = entry["time"]?.integer, let record = entry["record"]
+            else { throw MalformedMessage(description: "a log entry must carry offset, time and record") }
+            return LogEntry(offset: offset, time: BrokerTime(milliseconds: time), record: try decodeRecord(record))
+        }
+        return LogPage(
+            name: name, entries: entries, next: fields["next"].flatMap(unsigned), position: position)
     }
 
     /// Where a paged `query` reply stopped: the index in the request's `users` of the first user not answered, or
@@ -163,7 +217,8 @@ extension Codec {
             user: user, status: status, text: fields["text"]?.string,
             since: fields["since"]?.integer.map(BrokerTime.init),
             lastSeen: fields["last_seen"]?.integer.map(BrokerTime.init),
-            sessions: Int(sessions), seq: seq, reason: fields["reason"]?.string.flatMap(OfflineReason.init))
+            sessions: Int(sessions), seq: seq, reason: fields["reason"]?.string.flatMap(OfflineReason.init),
+            offset: fields["offset"].flatMap(unsigned))
     }
 }
 

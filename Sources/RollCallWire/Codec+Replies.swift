@@ -81,7 +81,43 @@ extension Codec {
         case .ungroup(let deleted):
             writer.key("deleted")
             writer.bool(deleted)
+        case .log(let page):
+            write(page, into: &writer, budget: budget)
         }
+    }
+
+    /// A page of the log: `[{offset, time, record}]` while within `budget` (at least one), `next` when more may
+    /// follow, and the log's position.
+    private static func write(_ page: LogPage, into writer: inout JSONWriter, budget: Int) {
+        writer.key(page.name)
+        writer.beginArray()
+        var written = 0
+        for entry in page.entries {
+            if written > 0 && writer.bytes.count >= budget { break }
+            writer.beginObject()
+            writer.key("offset")
+            writer.integer(entry.offset)
+            writer.key("time")
+            writer.integer(entry.time.milliseconds)
+            writer.key("record")
+            write(entry.record, into: &writer)
+            writer.endObject()
+            written += 1
+        }
+        writer.endArray()
+        if let next = written < page.entries.count ? page.entries[written - 1].offset : page.next {
+            writer.key("next")
+            writer.integer(next)
+        }
+        writeLogPosition(page.position, into: &writer)
+    }
+
+    /// `"offset"` and `"log_epoch"`.
+    private static func writeLogPosition(_ position: LogPosition, into writer: inout JSONWriter) {
+        writer.key("offset")
+        writer.integer(position.offset)
+        writer.key("log_epoch")
+        writer.string(position.epoch)
     }
 
     /// The broker's identity as one JSON object, as `ping` answers it and `rollcall ping` prints it.
@@ -107,6 +143,7 @@ extension Codec {
             writer.bool(true)
         }
         if let cluster = info.cluster { write(cluster, into: &writer) }
+        if let log = info.log { writeLogPosition(log, into: &writer) }
     }
 
     /// `"node"` and `"cluster"`, as `ping` and the broker heartbeat carry them.
@@ -274,6 +311,10 @@ extension Codec {
         if let reason = record.reason {
             writer.key("reason")
             writer.string(reason.rawValue)
+        }
+        if let offset = record.offset {
+            writer.key("offset")
+            writer.integer(offset)
         }
         writer.endObject()
     }

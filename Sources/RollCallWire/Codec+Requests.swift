@@ -72,7 +72,20 @@ extension Codec {
             return .bye(session: try fields.requiredSession())
         case "query":
             guard fields["users"] != nil else { throw PresenceError(.badRequest, "field 'users' is required") }
-            return .query(users: try fields.users("users", max: limits.maxQueryUsers, what: "a query names")!)
+            let users = try fields.users("users", max: limits.maxQueryUsers, what: "a query names")!
+            guard let at = try fields.integer("at") else { return .query(users: users) }
+            return .queryAt(users: users, at: BrokerTime(milliseconds: at))
+        case "history":
+            return .history(
+                HistoryQuery(
+                    user: try fields.requiredUser("user"), from: try fields.integer("from").map(BrokerTime.init),
+                    to: try fields.integer("to").map(BrokerTime.init), after: try fields.offset("after"),
+                    limit: try fields.limit()))
+        case "events":
+            guard let after = try fields.offset("after") else {
+                throw PresenceError(.badRequest, "field 'after' is required (0 reads from the oldest kept)")
+            }
+            return .events(after: after, logEpoch: try fields.string("log_epoch"), limit: try fields.limit())
         case "ping":
             return .ping
         case "group":
@@ -184,6 +197,24 @@ struct Fields {
                 .badGroup, "invalid group id \(Codec.quoted(text)): 1 to 128 bytes of A-Z a-z 0-9 . _ @ + -")
         }
         return group
+    }
+
+    /// A log offset: an integer from 0.
+    func offset(_ name: String) throws(PresenceError) -> UInt64? {
+        guard let value = try integer(name) else { return nil }
+        guard let offset = UInt64(exactly: value) else {
+            throw PresenceError(.badRequest, "field '\(name)' must be an offset from 0, not \(value)")
+        }
+        return offset
+    }
+
+    /// A page's `limit`: from 1 to ``HistoryQuery/maxLimit``, ``HistoryQuery/defaultLimit`` when absent.
+    func limit() throws(PresenceError) -> Int {
+        guard let value = try integer("limit") else { return HistoryQuery.defaultLimit }
+        guard (1...Int64(HistoryQuery.maxLimit)).contains(value) else {
+            throw PresenceError(.badRequest, "field 'limit' must be from 1 to \(HistoryQuery.maxLimit), not \(value)")
+        }
+        return Int(value)
     }
 
     func requiredSession() throws(PresenceError) -> SessionID {

@@ -20,6 +20,38 @@ public enum Reply: Equatable, Sendable {
     case ungroup(deleted: Bool)
     /// `advance` (test mode): the broker's clock after it.
     case advanced(time: BrokerTime)
+    /// `history` and `events`: a page of transitions, oldest first; `next` (the last one's offset) when more may
+    /// follow; where the log stands now.
+    case log(LogPage)
+}
+
+/// A page of the presence log, as `history` and `events` answer it.
+public struct LogPage: Equatable, Sendable {
+    /// The reply's key for the entries: `history` or `events`.
+    public var name: String
+    public var entries: [LogEntry]
+    /// The offset to ask `after` for the next page, when this one is full.
+    public var next: UInt64?
+    /// Where the log stands: its epoch and latest offset.
+    public var position: LogPosition
+
+    public init(name: String, entries: [LogEntry], next: UInt64?, position: LogPosition) {
+        self.name = name
+        self.entries = entries
+        self.next = next
+        self.position = position
+    }
+}
+
+/// Which presence log a broker keeps (`log_epoch`, new whenever the log is lost with its data) and its latest offset.
+public struct LogPosition: Equatable, Sendable {
+    public var epoch: String
+    public var offset: UInt64
+
+    public init(epoch: String, offset: UInt64) {
+        self.epoch = epoch
+        self.offset = offset
+    }
 }
 
 /// The broker's identity, as `ping` answers it.
@@ -36,10 +68,12 @@ public struct BrokerInfo: Equatable, Sendable {
     public var testMode: Bool
     /// The node and its standing, when the broker is a node of a cluster (docs/cluster.md).
     public var cluster: ClusterStanding?
+    /// The presence log's epoch and latest offset, when the broker keeps one (docs/history.md).
+    public var log: LogPosition?
 
     public init(
         broker: String, version: String, epoch: String, time: BrokerTime, testMode: Bool = false,
-        cluster: ClusterStanding? = nil
+        cluster: ClusterStanding? = nil, log: LogPosition? = nil
     ) {
         self.broker = broker
         self.version = version
@@ -47,6 +81,7 @@ public struct BrokerInfo: Equatable, Sendable {
         self.time = time
         self.testMode = testMode
         self.cluster = cluster
+        self.log = log
     }
 }
 

@@ -14,6 +14,12 @@ public enum Request: Equatable, Sendable {
     case ungroup(GroupID)
     /// Test mode only: move the broker's clock forward, firing every deadline on the way.
     case advance(milliseconds: Int64)
+    /// `query` with `at`: each user's record as it was at that broker time, from the presence log.
+    case queryAt(users: [UserID], at: BrokerTime)
+    /// A page of one user's transitions from the presence log (docs/history.md).
+    case history(HistoryQuery)
+    /// A page of every user's transitions after an offset: the feed a backend reads to catch up.
+    case events(after: UInt64, logEpoch: String?, limit: Int)
 
     /// The `op` that names the request on the wire.
     public var op: String {
@@ -27,7 +33,40 @@ public enum Request: Equatable, Sendable {
         case .group: "group"
         case .ungroup: "ungroup"
         case .advance: "advance"
+        case .queryAt: "query"
+        case .history: "history"
+        case .events: "events"
         }
+    }
+
+    /// Whether the request reads the presence log.
+    public var readsLog: Bool {
+        switch self {
+        case .queryAt, .history, .events: true
+        default: false
+        }
+    }
+}
+
+/// What a `history` request asks for: one user's transitions with `from <= time <= to` and offset above `after`,
+/// at most `limit`, oldest first.
+public struct HistoryQuery: Equatable, Sendable {
+    public var user: UserID
+    public var from: BrokerTime?
+    public var to: BrokerTime?
+    public var after: UInt64?
+    public var limit: Int
+    /// A `history` or `events` page holds this many transitions unless the request asks for fewer.
+    public static let defaultLimit = 100
+    /// And at most this many.
+    public static let maxLimit = 1_000
+
+    public init(user: UserID, from: BrokerTime? = nil, to: BrokerTime? = nil, after: UInt64? = nil, limit: Int) {
+        self.user = user
+        self.from = from
+        self.to = to
+        self.after = after
+        self.limit = limit
     }
 }
 

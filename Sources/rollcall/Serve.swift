@@ -100,6 +100,12 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help:
+            "How long the presence log keeps transitions, ms (docs/history.md); 0 keeps none. Env: ROLLCALL_HISTORY_RETENTION_MS. Default: \(defaults.historyRetentionMilliseconds) (7 days)."
+    )
+    var historyRetentionMs: Int64?
+
+    @Option(
+        help:
             "How often the broker publishes its heartbeat on broker/, ms. Env: ROLLCALL_BROKER_HEARTBEAT_MS. Default: \(defaults.brokerHeartbeatMilliseconds)."
     )
     var brokerHeartbeatMs: Int64?
@@ -248,6 +254,8 @@ struct Serve: AsyncParsableCommand {
             default: c.connectionHeartbeatTTLMilliseconds)
         c.writeIntervalMilliseconds = try setting(
             writeIntervalMs, "ROLLCALL_WRITE_INTERVAL_MS", default: c.writeIntervalMilliseconds)
+        c.historyRetentionMilliseconds = try setting(
+            historyRetentionMs, "ROLLCALL_HISTORY_RETENTION_MS", default: c.historyRetentionMilliseconds)
         c.brokerHeartbeatMilliseconds = try setting(
             brokerHeartbeatMs, "ROLLCALL_BROKER_HEARTBEAT_MS", default: c.brokerHeartbeatMilliseconds)
         c.presence.offlineGraceMilliseconds = try setting(

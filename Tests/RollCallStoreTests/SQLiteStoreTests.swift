@@ -37,16 +37,16 @@ struct SQLiteStoreTests {
         }
     }
 
-    /// The schema is that of migration v1, and opening an up-to-date file again runs no migration twice.
+    /// The schema is that of migrations v1 and v2 (the presence log), and opening an up-to-date file again runs no migration twice.
     @Test func schemaIsMigratedOnce() throws {
         try withTemporaryDirectory { directory in
             _ = try SQLiteStore(directory: directory)
             let store = try SQLiteStore(directory: directory)
-            #expect(try store.scalar("SELECT group_concat(identifier) FROM grdb_migrations") == "v1")
+            #expect(try store.scalar("SELECT group_concat(identifier) FROM grdb_migrations") == "v1,v2: presence log")
             let tables = try store.scalar(
                 "SELECT group_concat(name) FROM (SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'grdb%' ORDER BY name)"
             )
-            #expect(tables == "groups,members,meta,users")
+            #expect(tables == "groups,log,log_info,members,meta,users,webhook_cursors")
         }
     }
 
@@ -137,13 +137,13 @@ struct SQLiteStoreTests {
             try store.write(StoreBatch(records: [good], groups: [team], brokerTime: at(77)))
             try store.execute(
                 """
-                INSERT INTO users VALUES ('bob', 'sleeping', NULL, NULL, NULL, 0, 1, NULL);
-                INSERT INTO users VALUES ('not valid!', 'online', NULL, NULL, NULL, 1, 1, NULL);
-                INSERT INTO users VALUES ('carol', 'online', NULL, NULL, NULL, 1, 'abc', NULL);
-                INSERT INTO users VALUES ('dave', 'offline', NULL, NULL, NULL, 0, 1, 'vanished');
-                INSERT INTO users VALUES ('erin', 'offline', NULL, 12.5, NULL, 0, 1, NULL);
-                INSERT INTO users VALUES ('frank', 'offline', NULL, NULL, NULL, 0, -1, NULL);
-                INSERT INTO users VALUES ('gina', 'online', x'00ff', NULL, NULL, 1, 1, NULL);
+                INSERT INTO users VALUES ('bob', 'sleeping', NULL, NULL, NULL, 0, 1, NULL, NULL);
+                INSERT INTO users VALUES ('not valid!', 'online', NULL, NULL, NULL, 1, 1, NULL, NULL);
+                INSERT INTO users VALUES ('carol', 'online', NULL, NULL, NULL, 1, 'abc', NULL, NULL);
+                INSERT INTO users VALUES ('dave', 'offline', NULL, NULL, NULL, 0, 1, 'vanished', NULL);
+                INSERT INTO users VALUES ('erin', 'offline', NULL, 12.5, NULL, 0, 1, NULL, NULL);
+                INSERT INTO users VALUES ('frank', 'offline', NULL, NULL, NULL, 0, -1, NULL, NULL);
+                INSERT INTO users VALUES ('gina', 'online', x'00ff', NULL, NULL, 1, 1, NULL, NULL);
                 INSERT INTO "groups" VALUES ('bad group', 1);
                 INSERT INTO members VALUES ('bad group', 'alice');
                 INSERT INTO members VALUES ('team', 'no way');

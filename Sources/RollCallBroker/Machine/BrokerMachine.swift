@@ -38,6 +38,8 @@ struct BrokerMachine {
     let configuration: BrokerConfiguration
     /// Names this run of the broker (`ping`, the broker heartbeat).
     let epoch: String
+    /// The presence log's epoch, when the broker keeps one: `ping` reports it with the latest offset.
+    var logEpoch: String?
     /// This node's sessions: liveness, requests and replies. On a single broker it also publishes.
     var core: PresenceCore
     var publishing: Publishing
@@ -139,9 +141,13 @@ struct BrokerMachine {
                 .ping(
                     BrokerInfo(
                         broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now,
-                        testMode: configuration.testMode, cluster: publishing.standing)))
+                        testMode: configuration.testMode, cluster: publishing.standing,
+                        log: logEpoch.map { LogPosition(epoch: $0, offset: core.logOffset) })))
         case .advance:
             return .failure(PresenceError(.unknownOp, "unknown op 'advance'"))  // answered by `handle`
+        case .queryAt, .history, .events:
+            // Read from the log by the loop (EventLoop+History.swift), which has the file; never run here.
+            return .failure(PresenceError(.noHistory, "this broker keeps no presence log"))
         case .group(let group, let edit, let after):
             // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
             // members.

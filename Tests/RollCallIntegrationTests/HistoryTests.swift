@@ -1,0 +1,179 @@
+import Foundation
+import RollCallClient
+import RollCallCore
+import RollCallStore
+import RollCallWire
+import Synchronization
+import Testing
+import ZeroMQ
+
+/// The presence log against a real `rollcall serve` in test mode on a data directory (docs/history.md).
+extension Integration {
+    @Suite("Presence log: history, events, query at, retention, restarts")
+    struct HistoryTests {
+        /// Every transition is in the log in order, with the offset its published record carried; `history` and
+        /// `events` page with `next`; `ping` reports where the log stands.
+        @Test func transitionsPageInOrder() async throws {
+            let broker = try ServeProcess(extra: ["--test-mode"])
+            try broker.start()
+            defer { _ = broker.signal(SIGTERM) }
+            let watcher = try PresenceWatcher(endpoint: broker.update)
+            defer { watcher.close() }
+            let seen = Mutex<[PresenceRecord]>([])
+            _ = watcher.observe("alice".id) { record in seen.withLock { $0.append(record) } }
+            let client = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 2_000)
+            try await waitFor(seconds: 5) { seen.withLock { !$0.isEmpty } }  // subscribed: the never-seen record
+
+            let alice = try client.hello(.init(user: "alice".id)).session
+            try client.setStatus(alice, .away, text: "lunch")
+            _ = try client.hello(.init(user: "bob".id))
+            try client.bye(alice)
+
+            let history = try client.history(HistoryQuery(user: "alice".id, limit: 10))
+            #expect(history.entries.map(\.record.status) == [.online, .away, .offline])
+            #expect(history.entries.map(\.record.user) == ["alice".id, "alice".id, "alice".id])
+            #expect(history.entries.map(\.offset) == history.entries.map(\.offset).sorted())
+            #expect(history.entries.allSatisfy { $0.record.offset == $0.offset })
+            #expect(history.next == nil)
+            let ping = try client.ping()
+            #expect(ping.log?.epoch == history.position.epoch)
+            #expect(ping.log?.offset == history.position.offset)
+
+            // What subscribers received carries the same offsets.
+            try await waitFor(seconds: 5) { seen.withLock { $0.last?.status == .offline } }
+            let published = seen.withLock { $0 }.filter { $0.seq > 0 }.compactMap(\.offset)
+            #expect(published == history.entries.map(\.offset))
+
+            // `history` pages two at a time.
+            let first = try client.history(HistoryQuery(user: "alice".id, limit: 2))
+            #expect(first.entries.count == 2)
+            let next = try #require(first.next)
+            let second = try client.history(HistoryQuery(user: "alice".id, after: next, limit: 2))
+            #expect((first.entries + second.entries).map(\.offset) == history.entries.map(\.offset))
+
+            // `events`: every user's transitions in offset order, paged, from 0.
+            var feed: [LogEntry] = []
+            var cursor: UInt64 = 0
+            while true {
+                let page = try client.events(after: cursor, logEpoch: ping.log?.epoch, limit: 3)
+                feed += page.entries
+                guard let more = page.next else { break }
+                cursor = more
+            }
+            #expect(feed.map(\.record.user.rawValue) == ["alice", "alice", "bob", "alice"])
+            #expect(feed.last?.offset == ping.log?.offset)
+        }
+
+        /// `query` with `at` tells each user's record at a time on the test clock; a cursor from another epoch, ahead
+        /// of the log, or trimmed away is `snapshot_required`; so is a time before the retention.
+        @Test func queryAtRetentionAndSnapshots() async throws {
+            let broker = try ServeProcess(extra: ["--test-mode", "--history-retention-ms", "60000"])
+            try broker.start()
+            defer { _ = broker.signal(SIGTERM) }
+            let client = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 2_000)
+            let start = try client.ping().time
+            let alice = try client.hello(.init(user: "alice".id, ttlMilliseconds: 3_600_000)).session
+            _ = try client.call(.advance(milliseconds: 1_000))
+            try client.setStatus(alice, .busy)
+            _ = try client.call(.advance(milliseconds: 1_000))
+
+            #expect(try client.query(["alice".id, "carol".id], at: start + 500)["alice".id]?.status == .online)
+            #expect(try client.query(["alice".id], at: start + 1_500)["alice".id]?.status == .busy)
+            #expect(try client.query(["carol".id], at: start + 1_500)["carol".id]?.seq == 0)
+            #expect(rejection { try client.query(["alice".id], at: start + 60_000) } == .badRequest)  // the future
+
+            let epoch = try #require(try client.ping().log?.epoch)
+            #expect(rejection { try client.events(after: 0, logEpoch: "0000000000000000") } == .snapshotRequired)
+            #expect(rejection { try client.events(after: UInt64(Int64.max)) } == .snapshotRequired)
+            let old = try client.events(after: 0, logEpoch: epoch)
+            #expect(old.entries.map(\.record.status) == [.online, .busy])
+
+            // Two minutes later, with a change since, the first transition is past the retention: trimmed in the
+            // background (alice's latest before the cut-off stays, it still tells her state after it).
+            _ = try client.call(.advance(milliseconds: 120_000))
+            try client.setStatus(alice, .away)
+            try await waitFor(seconds: 10) {
+                rejectionCode { try client.events(after: 0) } == .snapshotRequired
+            }
+            #expect(rejection { try client.query(["alice".id], at: start + 500) } == .snapshotRequired)
+            let now = try client.ping().time
+            #expect(try client.query(["alice".id], at: now + (-60_000))["alice".id]?.status == .busy)
+            let kept = try client.history(HistoryQuery(user: "alice".id, limit: 10))
+            #expect(kept.entries.map(\.record.status) == [.busy, .away])
+            let resumed = try client.events(after: kept.entries[0].offset, logEpoch: epoch)
+            #expect(resumed.entries.map(\.record.status) == [.away])
+        }
+
+        /// The log, its epoch and its offsets survive kill -9; new offsets continue above every offset handed out.
+        @Test func killNineKeepsTheLog() async throws {
+            let broker = try ServeProcess(extra: ["--test-mode"])
+            try broker.start()
+            let client = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 2_000)
+            let alice = try client.hello(.init(user: "alice".id)).session
+            try client.setStatus(alice, .away)
+            let before = try client.ping()
+            let epoch = try #require(before.log?.epoch)
+            let written = try PresenceLog(directory: broker.dataDirectory)
+            try await waitFor(seconds: 5) {
+                (try? written.events(after: 0, limit: 10))?.last?.offset == before.log?.offset
+            }
+            _ = broker.signal(SIGKILL)
+            try broker.start()
+            defer { _ = broker.signal(SIGTERM) }
+            let again = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 2_000)
+            let after = try again.ping()
+            #expect(after.log?.epoch == epoch)
+            #expect(after.epoch != before.epoch)  // a new run of the broker, the same log
+            _ = try again.hello(.init(user: "bob".id))
+            let page = try again.events(after: 0, logEpoch: epoch)
+            #expect(page.entries.map(\.record.user.rawValue) == ["alice", "alice", "bob"])
+            let handedOut = try #require(before.log?.offset)
+            #expect(page.entries[2].offset > handedOut)
+        }
+
+        /// Without a log (retention 0) every read of it is `no_history`, and `ping` reports no offset; bad reads are
+        /// `bad_request` and change nothing.
+        @Test func noLogAndBadReads() async throws {
+            let off = try ServeProcess(extra: ["--test-mode", "--history-retention-ms", "0"])
+            try off.start()
+            defer { _ = off.signal(SIGTERM) }
+            let client = try CommandClient(endpoint: off.command, timeoutMilliseconds: 2_000)
+            _ = try client.hello(.init(user: "alice".id))
+            #expect(try client.ping().log == nil)
+            #expect(rejection { try client.events(after: 0) } == .noHistory)
+            #expect(rejection { try client.history(HistoryQuery(user: "alice".id, limit: 1)) } == .noHistory)
+
+            let context = try Context()
+            defer { context.terminate() }
+            let dealer = try rawSocket(.dealer, off.command, context: context)
+            defer { dealer.close() }
+            for body in [
+                #"{"op":"events"}"#, #"{"op":"events","after":-1}"#, #"{"op":"events","after":0,"limit":0}"#,
+                #"{"op":"events","after":0,"limit":1001}"#, #"{"op":"history"}"#,
+                #"{"op":"history","user":"alice","after":"x"}"#, #"{"op":"query","users":["alice"],"at":"now"}"#,
+            ] {
+                try dealer.send(Array(body.utf8), wait: true)
+                let reply = try #require(try dealer.receive(timeout: 3_000), "no reply to \(body)")
+                let decoded = try Codec.decodeReply(reply[0])
+                #expect(decoded.result.error?.code == .badRequest, "\(body)")
+            }
+            #expect(try client.query(["alice".id])["alice".id]?.status == .online)
+        }
+    }
+}
+
+/// The error code a call was refused with, or nil if it succeeded.
+private func rejection<T>(_ body: () throws -> T) -> ErrorCode? {
+    rejectionCode(body)
+}
+
+private func rejectionCode<T>(_ body: () throws -> T) -> ErrorCode? {
+    do {
+        _ = try body()
+        return nil
+    } catch ClientError.rejected(let error) {
+        return error.code
+    } catch {
+        return nil
+    }
+}
