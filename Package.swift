@@ -174,7 +174,7 @@ let package = Package(
             name: "RollCallServer",
             dependencies: [
                 "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallOperations", "RollCallSecurity",
-                "RollCallWebhooks",
+                "RollCallStore", "RollCallWebhooks",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

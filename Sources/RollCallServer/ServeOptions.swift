@@ -68,13 +68,16 @@ public struct ServeOptions: Sendable {
             throw ConfigurationError("--node-id", "and --node-lease-ms need --cluster")
         }
         let configuration = ServerConfiguration(
-            broker: c, operations: operations, webhooks: try webhookConfiguration(cluster: c.cluster != nil))
+            broker: c, operations: operations,
+            webhooks: try webhookConfiguration(cluster: c.cluster != nil, keepsLog: Self.keepsLog(c)))
         try configuration.validate()
         return configuration
     }
 
     /// The webhook settings checked and the secret read, or `nil` without a URL.
-    private func webhookConfiguration(cluster: Bool) throws(ConfigurationError) -> WebhookConfiguration? {
+    private func webhookConfiguration(cluster: Bool, keepsLog: Bool) throws(ConfigurationError)
+        -> WebhookConfiguration?
+    {
         do {
             try webhooks.validate()
         } catch {
@@ -90,6 +93,12 @@ public struct ServeOptions: Sendable {
         guard !cluster else {
             throw ConfigurationError("--webhook-url", "is not supported with --cluster yet (docs/webhooks.md)")
         }
+        // Delivery reads the presence log, and keeps its cursors with it.
+        guard keepsLog else {
+            throw ConfigurationError(
+                "--webhook-url",
+                "needs the presence log: a data directory (not --ephemeral) and --history-retention-ms above 0")
+        }
         guard let path = webhookSecretFile else {
             throw ConfigurationError(
                 "--webhook-url", "needs --webhook-secret-file: a file holding the whsec_ secret that signs deliveries")
@@ -99,5 +108,11 @@ public struct ServeOptions: Sendable {
         } catch {
             throw ConfigurationError(error.setting, error.message)
         }
+    }
+
+    /// Whether a broker with `c` keeps a presence log: a data directory and a retention above 0.
+    private static func keepsLog(_ c: BrokerConfiguration) -> Bool {
+        guard case .directory = c.storage else { return false }
+        return c.historyRetentionMilliseconds > 0
     }
 }

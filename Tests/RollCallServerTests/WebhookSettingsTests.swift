@@ -21,7 +21,7 @@ import Testing
 
     static func options(urls: [String], secretFile: String?) -> ServeOptions {
         var options = ServeOptions()
-        options.ephemeral = true
+        options.dataDirectory = "/var/lib/rollcall"  // not touched: nothing starts
         options.webhooks.urls = urls
         options.webhookSecretFile = secretFile
         return options
@@ -49,6 +49,24 @@ import Testing
             try Self.options(urls: ["http://127.0.0.1:9000/hook"], secretFile: nil).configuration()
         }
         #expect(throws: ConfigurationError.self) { try Self.options(urls: [], secretFile: "/tmp/x").configuration() }
+    }
+
+    /// Delivery needs the presence log: a broker that keeps nothing, or no history, is refused.
+    @Test func needsThePresenceLog() throws {
+        try Self.withSecretFile(Self.secret) { path in
+            var ephemeral = Self.options(urls: ["http://127.0.0.1:9000/hook"], secretFile: path)
+            ephemeral.dataDirectory = nil
+            ephemeral.ephemeral = true
+            var noHistory = Self.options(urls: ["http://127.0.0.1:9000/hook"], secretFile: path)
+            noHistory.broker.historyRetentionMilliseconds = 0
+            for options in [ephemeral, noHistory] {
+                #expect {
+                    try options.configuration()
+                } throws: { error in
+                    (error as? ConfigurationError)?.setting == "--webhook-url" && "\(error)".contains("presence log")
+                }
+            }
+        }
     }
 
     /// A secret file that is missing, or holds no whsec_ secret, is refused with a message that names it.
