@@ -264,13 +264,16 @@ let package = Package(
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
                 "RollCallSecurity", "RollCallServer", "RollCallStore", "RollCallTestSupport",
-                "RollCallTestKit", "RollCallKit", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ", "rollcall",
-                "rollcall-bench", "rollcall-example-contacts",
+                "RollCallTestKit", "RollCallKit", "RollCallWebhooks", "RollCallWebSocketClient", "RollCallWire",
+                "ZeroMQ", "rollcall", "rollcall-bench", "rollcall-example-contacts",
                 .product(name: "DequeModule", package: "swift-collections"),
+                // A webhook receiver in the test (WebhookTests).
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
     ],
