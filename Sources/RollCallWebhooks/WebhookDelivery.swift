@@ -55,6 +55,9 @@ public final class WebhookDelivery: Service, Sendable {
             [URLDelivery(url: url, stream: .changes)]
                 + (offlineAfter.map { [URLDelivery(url: url, stream: .offlineFor(milliseconds: $0))] } ?? [])
         }
+        // A URL configured for the first time starts at the newest entry as of now, before the broker runs, so that
+        // every transition after the start is delivered; a store that fails now is tried again by the URL's task.
+        for url in urls { _ = try? claimCursor(url) }
     }
 
     /// New entries were committed to the log: every URL reads it now instead of at its next poll. Safe and cheap
@@ -117,13 +120,18 @@ public final class WebhookDelivery: Service, Sendable {
         var machine = DeliveryMachine<ContinuousClock.Instant>(policy: policy, cursor: cursor)
         url.update { $0.acknowledged = cursor.acknowledged }
         var nextCount = ContinuousClock.now
+        var readFailing = false
         while !isStopping {
             if machine.room > 0 {
                 do {
                     let entries = try source.events(after: machine.readThrough, limit: machine.room)
                     machine.received(entries, now: .now)
+                    if readFailing { logger.notice("webhook: the log can be read again") }
+                    readFailing = false
                 } catch {
-                    logger.warning("webhook: the log cannot be read", metadata: ["error": "\(error)"])
+                    // Once per failure streak, not at every poll.
+                    if !readFailing { logger.error("webhook: the log cannot be read", metadata: ["error": "\(error)"]) }
+                    readFailing = true
                 }
             }
             if url.stream == .changes, ContinuousClock.now >= nextCount {
@@ -182,17 +190,24 @@ public final class WebhookDelivery: Service, Sendable {
         }
     }
 
-    /// The saved cursor, else the log's newest offset (saved at once, so that a restart does not skip what came
-    /// in between). Retried every second while the store or the log cannot be read; `nil` when stopping first.
+    /// The saved cursor, else the log's newest offset, saved at once (so that a restart does not skip what came in
+    /// between).
+    private func claimCursor(_ url: URLDelivery) throws -> WebhookCursor {
+        if let cursor = try cursors.cursor(for: url.cursorKey) { return cursor }
+        let cursor = WebhookCursor(acknowledged: try source.latestOffset())
+        try cursors.save(cursor, for: url.cursorKey)
+        logger.info(
+            "webhook URL starts at the log's newest entry",
+            metadata: ["webhook_url": "\(url.url)", "offset": "\(cursor.acknowledged)"])
+        return cursor
+    }
+
+    /// ``claimCursor(_:)``, retried every second while the store or the log cannot be read; `nil` when stopping
+    /// first.
     private func startingCursor(_ url: URLDelivery, logger: Logger) async -> WebhookCursor? {
         while !isStopping {
             do {
-                if let cursor = try cursors.cursor(for: url.cursorKey) { return cursor }
-                let cursor = WebhookCursor(acknowledged: try source.latestOffset())
-                try cursors.save(cursor, for: url.cursorKey)
-                logger.info(
-                    "webhook URL starts at the log's newest entry", metadata: ["offset": "\(cursor.acknowledged)"])
-                return cursor
+                return try claimCursor(url)
             } catch {
                 logger.warning("webhook: no cursor yet; retrying in 1 s", metadata: ["error": "\(error)"])
                 await url.wake.wait(until: .now + .seconds(1))
