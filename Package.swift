@@ -190,7 +190,8 @@ let package = Package(
         .target(
             name: "RollCallBench",
             dependencies: [
-                "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallTestSupport", "RollCallWire", "ZeroMQ",
+                "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
+                "RollCallWire", "ZeroMQ",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),
@@ -224,7 +225,9 @@ let package = Package(
         .testTarget(
             name: "RollCallBrokerTests",
             dependencies: [
-                "RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallSecurity", "RollCallWire", "ZeroMQ",
+                "RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallSecurity", "RollCallStore",
+                "RollCallWire",
+                "ZeroMQ", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "RollCallGatewayTests",

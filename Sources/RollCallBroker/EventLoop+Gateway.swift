@@ -55,8 +55,10 @@ extension EventLoop {
         case .success(.request(let envelope)):
             let result = counted(envelope.request, connection: id, access: peer.access)
             deliver(Codec.encodeReply(id: envelope.id, result, maxBytes: configuration.maxReplyBytes), to: id)
-        case .success(.subscribe(let requestID, let topics)):
+        case .success(.subscribe(let requestID, let topics, nil, _)):
             subscribe(id, to: topics, requestID: requestID)
+        case .success(.subscribe(let requestID, let topics, let after?, let epoch)):
+            resume(id, to: topics, after: after, logEpoch: epoch, requestID: requestID)
         case .success(.unsubscribe(let requestID, let topics)):
             for topic in topics { gateway.unsubscribe(id, from: topic.bytes) }
             deliver(Codec.encodeGatewayReply(id: requestID), to: id)
@@ -71,8 +73,11 @@ extension EventLoop {
     }
 
     /// Subscribes a connection to every topic its token allows, or to none (GatewayTable.swift): the reply comes
-    /// first, then the last value of each new topic, by the same coalesced replay as on the update socket.
-    private func subscribe(_ id: ConnectionID, to topics: [Topic], requestID: JSON?) {
+    /// first, then the last value of each new topic, by the same coalesced replay as on the update socket. With
+    /// `missed` (a resume), those transitions go out after the reply instead of the presence topics' last values.
+    func subscribe(
+        _ id: ConnectionID, to topics: [Topic], requestID: JSON?, missed: [LogEntry]? = nil
+    ) {
         switch gateway.subscribe(id, to: topics, maxTopics: configuration.webSocket.maxSubscriptions) {
         case nil: return
         case .failure(let error)?:
@@ -81,8 +86,17 @@ extension EventLoop {
             deliver(Codec.encodeReply(id: requestID, .failure(error)), to: id)
         case .success(let new)?:
             deliver(Codec.encodeGatewayReply(id: requestID), to: id)
+            if let missed {
+                // Only the topics this call added: one the connection already had has had its transitions live.
+                let added = Set(new)
+                for entry in missed where added.contains(.allPresence) || added.contains(.presence(entry.record.user)) {
+                    let topic = Topic.presence(entry.record.user).bytes
+                    deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeRecord(entry.record)), to: id)
+                }
+            }
             let now = loopBeat.now
             for topic in new where topic != .allPresence {
+                if missed != nil, case .presence = topic { continue }  // the resume stands for the last value
                 logger.debug("websocket subscribed", metadata: ["connection": "\(id)", "topic": "\(topic.text)"])
                 if replays.request(topic, now: now) { replay(topic) }
             }

@@ -47,9 +47,21 @@ extension EventLoop {
         guard let writer else { return }
         writer.note(time: now)
         history?.forget(through: writer.committedOffset)
+        // The writer drops the oldest past the same bound while the store cannot write (and the log then starts over).
+        if let count = history?.unwritten.count, count > writer.maxUnwrittenLog {
+            history?.unwritten.removeFirst(count - writer.maxUnwrittenLog)
+        }
         let entries = takeTransitions()
         guard !entries.isEmpty else { return }
         writer.enqueue(StoreBatch(brokerTime: now, log: entries))
+    }
+
+    /// The log started over under `epoch` (the writer dropped transitions while the store could not write): cursors
+    /// of the old epoch are refused from now on.
+    func adoptLog(epoch: String) {
+        guard let old = history else { return }
+        history = LoopHistory(log: old.log, epoch: epoch)
+        machine.logEpoch = epoch
     }
 
     /// Answers a request that reads the log, after the same authorization as every request.
@@ -97,27 +109,83 @@ extension EventLoop {
         }
     }
 
+    /// A WebSocket `subscribe` with `after`: the transitions of the presence topics after that offset go out after
+    /// the reply, in offset order, then the live ones; nothing in between can come first, as all of it happens in
+    /// this one call on the loop. Refused (and nothing subscribed) when the log cannot continue from `after`, or
+    /// when more than a page (``HistoryQuery/maxLimit``) was missed: then query and subscribe again.
+    func resume(_ id: ConnectionID, to topics: [Topic], after: UInt64, logEpoch: String?, requestID: JSON?) {
+        switch missedTransitions(of: topics, after: after, logEpoch: logEpoch) {
+        case .success(let missed):
+            subscribe(id, to: topics, requestID: requestID, missed: missed)
+        case .failure(let error):
+            metrics.request(nil, failed: error.code)
+            deliver(Codec.encodeReply(id: requestID, .failure(error)), to: id)
+        }
+    }
+
+    private func missedTransitions(of topics: [Topic], after: UInt64, logEpoch: String?) -> Result<
+        [LogEntry], PresenceError
+    > {
+        guard let history, let writer else {
+            return .failure(
+                PresenceError(.noHistory, "this broker keeps no presence log, so a subscription cannot resume"))
+        }
+        _ = takeTransitions()
+        let committed = writer.committedOffset
+        let cap = HistoryQuery.maxLimit
+        do {
+            try checkCursor(after, epoch: logEpoch)
+            var missed: [LogEntry]
+            if topics.contains(.allPresence) {
+                missed = try history.log.events(after: after, limit: cap + 1).filter { $0.offset <= committed }
+                missed += history.pending(above: max(after, committed)) { _ in true }
+            } else {
+                var users = Set<UserID>()
+                for case .presence(let user) in topics { users.insert(user) }
+                missed = []
+                for user in users {
+                    missed += try history.log.history(of: user, from: nil, to: nil, after: after, limit: cap + 1)
+                        .filter { $0.offset <= committed }
+                }
+                missed += history.pending(above: max(after, committed)) { users.contains($0.record.user) }
+                missed.sort { $0.offset < $1.offset }
+            }
+            guard missed.count <= cap else {
+                throw PresenceError(
+                    .snapshotRequired,
+                    "more than \(cap) transitions of these topics came after offset \(after): subscribe without "
+                        + "'after' (the current records come at once) and continue from there")
+            }
+            return .success(missed)
+        } catch let error as PresenceError {
+            return .failure(error)
+        } catch {
+            logger.error("reading the presence log failed", metadata: ["error": "\(error)"])
+            return .failure(PresenceError(.noHistory, "the presence log cannot be read now: \(error)"))
+        }
+    }
+
     /// Refuses a cursor this log cannot continue: another epoch, trimmed away, or ahead of the log.
     private func checkCursor(_ after: UInt64, epoch: String?) throws {
         guard let history else { return }
         if let epoch, epoch != history.epoch {
             throw PresenceError(
                 .snapshotRequired,
-                "log_epoch '\(epoch)' is not this log's (\(history.epoch)): query, then continue from "
-                    + "ping's offset")
+                "log_epoch '\(epoch)' is not this log's (\(history.epoch)): take ping's offset, query, then "
+                    + "continue from it")
         }
         let state = try history.log.state()
         if after < state.trimmedThrough {
             throw PresenceError(
                 .snapshotRequired,
-                "offset \(after) is older than the log keeps (trimmed through \(state.trimmedThrough)): query, then "
-                    + "continue from ping's offset")
+                "offset \(after) is older than the log keeps (trimmed through \(state.trimmedThrough)): take ping's offset, query, then "
+                    + "continue from it")
         }
         if after > machine.core.logOffset {
             throw PresenceError(
                 .snapshotRequired,
-                "offset \(after) is ahead of this log (at \(machine.core.logOffset)): query, then continue from "
-                    + "ping's offset")
+                "offset \(after) is ahead of this log (at \(machine.core.logOffset)): take ping's offset, query, then "
+                    + "continue from it")
         }
     }
 

@@ -99,12 +99,14 @@ final class EventLoop {
             if let (state, log) = try store.openLog(keep: keep), keep {
                 core.startLog(after: state.lastOffset)
                 history = LoopHistory(log: log, epoch: state.epoch)
-                logger.info("presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
+                logger.info(
+                    "presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
             }
             writer = StoreWriter(
                 store: store, logger: logger,
                 logRetention: history == nil ? nil : configuration.historyRetentionMilliseconds,
-                committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted)
+                committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted,
+                logRestarted: { epoch in mailbox.post { loop in loop.adoptLog(epoch: epoch) } })
         } else {
             clock = BrokerClock(manual: configuration.testMode)
             writer = nil

@@ -34,6 +34,14 @@ final class StoreWriter: Sendable {
     private let committed: Atomic<UInt64>
     /// Told the highest offset written, after each write that appended to the log (webhook delivery wakes on it).
     private let logCommitted: @Sendable (UInt64) -> Void
+    /// Told the new epoch after the log started over (transitions were dropped while the store could not write).
+    private let logRestarted: @Sendable (String) -> Void
+
+    /// The most transitions kept for the log while the store cannot write (about 200 bytes each): past it the oldest
+    /// are dropped, and once writes work again the log starts over under a new epoch, so that no reader continues
+    /// across the hole (docs/history.md).
+    static let defaultMaxUnwrittenLog = 1_000_000
+    let maxUnwrittenLog: Int
 
     /// The most log entries one trimming transaction deletes: trimming a busy week never holds the file for long.
     static let trimBatch = 10_000
@@ -47,8 +55,12 @@ final class StoreWriter: Sendable {
     /// whole state.
     init(
         store: any PresenceStore, logger: Logger, logRetention: Int64? = nil, committedOffset: UInt64 = 0,
-        wakeLoop: @escaping @Sendable () -> Void, logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in }
+        wakeLoop: @escaping @Sendable () -> Void, logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in },
+        logRestarted: @escaping @Sendable (String) -> Void = { _ in },
+        maxUnwrittenLog: Int = StoreWriter.defaultMaxUnwrittenLog
     ) {
+        self.maxUnwrittenLog = maxUnwrittenLog
+        self.logRestarted = logRestarted
         self.initialStore = Mutex(store)
         self.logger = logger
         self.wakeLoop = wakeLoop
@@ -91,6 +103,7 @@ final class StoreWriter: Sendable {
         var failed: StoreBatch?
         var failures = 0
         var trim = LogTrimming()
+        var droppedLog = 0
         while true {
             _ = work.wait(timeout: .now() + Self.checkInterval)
             let (batches, finishing) = queue.withLock { queue in
@@ -112,9 +125,22 @@ final class StoreWriter: Sendable {
                     if failures > 0 { logger.notice("store writes work again", metadata: ["failed": "\(failures)"]) }
                     failed = nil
                     failures = 0
+                    if droppedLog > 0 { restartLog(store, dropped: &droppedLog) }
                 } catch {
                     failed = batch
                     failures += 1
+                    if batch.log.count > maxUnwrittenLog {
+                        let excess = batch.log.count - maxUnwrittenLog
+                        failed?.log.removeFirst(excess)
+                        if droppedLog == 0 {
+                            logger.critical(
+                                """
+                                the store has not written for long: the oldest transitions are dropped from the \
+                                presence log, which starts over under a new epoch once writes work again
+                                """)
+                        }
+                        droppedLog += excess
+                    }
                     // The first failure and then one a minute: a full disk must not flood the log.
                     if failures == 1 || failures.isMultiple(of: 60) {
                         logger.error(
@@ -144,6 +170,20 @@ final class StoreWriter: Sendable {
     /// Tells the writer the broker's time, for trimming the log; cheap enough for every loop round.
     func note(time: BrokerTime) {
         brokerTime.store(time.milliseconds, ordering: .relaxed)
+    }
+
+    /// Starts the log over under a new epoch after transitions were dropped, and tells the loop.
+    private func restartLog(_ store: any PresenceStore, dropped: inout Int) {
+        do {
+            let epoch = try store.restartLog()
+            logger.critical(
+                "the presence log started over: transitions were dropped while the store could not write",
+                metadata: ["dropped": "\(dropped)", "log_epoch": "\(epoch)"])
+            dropped = 0
+            logRestarted(epoch)
+        } catch {
+            logger.error("starting the presence log over failed; trying again", metadata: ["error": "\(error)"])
+        }
     }
 
     /// When the log was last trimmed.

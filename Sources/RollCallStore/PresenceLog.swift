@@ -41,18 +41,18 @@ public final class PresenceLog: Sendable {
         }
     }
 
-    /// Where the log stands now.
-    public func state() throws -> LogState {
-        try read { db in try Self.state(db) }
+    /// Where the log stands now; `lastOffset` only with `withLastOffset` (it reads every user's row).
+    public func state(withLastOffset: Bool = false) throws -> LogState {
+        try read { db in try Self.state(db, withLastOffset: withLastOffset) }
     }
 
-    static func state(_ db: Database) throws -> LogState {
+    static func state(_ db: Database, withLastOffset: Bool = true) throws -> LogState {
         guard
             let row = try Row.fetchOne(
                 db, sql: "SELECT epoch, started, trimmed_through, trimmed_before FROM log_info WHERE id = 1")
         else { return LogState(epoch: "", lastOffset: 0, trimmedThrough: 0, horizon: BrokerTime(milliseconds: 0)) }
         let logged = try Int64.fetchOne(db, sql: "SELECT max(log_offset) FROM log") ?? 0
-        let kept = try Int64.fetchOne(db, sql: "SELECT max(log_offset) FROM users") ?? 0
+        let kept = withLastOffset ? try Int64.fetchOne(db, sql: "SELECT max(log_offset) FROM users") ?? 0 : 0
         let started: Int64 = row[1]
         let trimmedBefore: Int64 = row[3]
         return LogState(
@@ -70,8 +70,9 @@ public final class PresenceLog: Sendable {
     public func history(
         of user: UserID, from: BrokerTime?, to: BrokerTime?, after: UInt64?, limit: Int
     ) throws -> [LogEntry] {
+        // `+at`: the time bounds filter rows of the user's index range; they must not pick the time index instead.
         try entries(
-            where: "user = ? AND log_offset > ? AND at >= ? AND at <= ?",
+            where: "user = ? AND log_offset > ? AND +at >= ? AND +at <= ?",
             arguments: [
                 user.rawValue, Int64(clamping: after ?? 0), from?.milliseconds ?? Int64.min,
                 to?.milliseconds ?? Int64.max,
@@ -85,7 +86,7 @@ public final class PresenceLog: Sendable {
             var found: [UserID: LogEntry] = [:]
             for user in users {
                 let rows = try Self.entries(
-                    db, where: "user = ? AND at <= ?", arguments: [user.rawValue, time.milliseconds],
+                    db, where: "user = ? AND +at <= ?", arguments: [user.rawValue, time.milliseconds],
                     order: "log_offset DESC", limit: 1)
                 if let entry = rows.first { found[user] = entry }
             }
@@ -152,6 +153,12 @@ extension SQLiteStore {
     public func openLog(keep: Bool) throws -> (state: LogState, log: PresenceLog)? {
         let state = try prepareLog(keep: keep, newEpoch: Self.newEpoch())
         return (state, try PresenceLog(directory: directory))
+    }
+
+    public func restartLog() throws -> String {
+        let epoch = Self.newEpoch()
+        try Self.sqlite(.write, path: path) { try database.write { db in try Self.startLog(db, epoch: epoch) } }
+        return epoch
     }
 
     /// A new log epoch: 16 random hex digits.

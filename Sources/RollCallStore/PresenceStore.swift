@@ -16,6 +16,8 @@ public protocol PresenceStore: Sendable {
     /// Prepares the presence log as the broker starts (docs/history.md) and opens it for reading: kept with `keep`,
     /// emptied and marked as not kept without. `nil` for a store that keeps no log.
     func openLog(keep: Bool) throws -> (state: LogState, log: PresenceLog)?
+    /// Starts the log over under a new epoch (its entries gone, each user's record its first); the new epoch.
+    func restartLog() throws -> String
     /// Deletes up to `maxRows` log entries older than `cutoff` (each user's latest before it stays); how many went.
     func trimLog(before cutoff: BrokerTime, maxRows: Int) throws -> Int
 }
@@ -27,4 +29,5 @@ extension PresenceStore {
     public var location: String { "memory" }
     public func openLog(keep: Bool) throws -> (state: LogState, log: PresenceLog)? { nil }
     public func trimLog(before cutoff: BrokerTime, maxRows: Int) throws -> Int { 0 }
+    public func restartLog() throws -> String { "" }
 }

@@ -11,7 +11,10 @@ extension SQLiteStore {
     static func load(_ db: Database) throws -> StoredState {
         var state = StoredState()
         let users = try Row.fetchCursor(
-            db, sql: "SELECT user, status, text, since, last_seen, sessions, seq, reason, log_offset FROM users ORDER BY user")
+            db,
+            sql:
+                "SELECT user, status, text, since, last_seen, sessions, seq, reason, log_offset FROM users ORDER BY user"
+        )
         while let row = try users.next() {
             do throws(BadRow) {
                 state.records.append(try record(from: row))

@@ -14,8 +14,7 @@ public final class BrokerProcess {
         process.arguments =
             [
                 "serve", "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint", "tcp://127.0.0.1:*",
-                "--ephemeral",
-            ] + arguments
+            ] + (arguments.contains { $0.hasPrefix("--data-dir") } ? [] : ["--ephemeral"]) + arguments
         let stderr = Pipe()
         process.standardError = stderr
         process.standardOutput = FileHandle.nullDevice

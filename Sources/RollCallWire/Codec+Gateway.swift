@@ -5,8 +5,9 @@ import RollCallCore
 public enum GatewayRequest: Sendable, Equatable {
     /// `hello`, `heartbeat`, `status`, `bye`, `query`, `group`, `ungroup`, `ping`: as on the command socket.
     case request(RequestEnvelope)
-    /// `subscribe` with `topics`: the updates of each topic, its last value first.
-    case subscribe(id: JSON?, topics: [Topic])
+    /// `subscribe` with `topics`: the updates of each topic, its last value first; with `after` (a log offset),
+    /// the presence transitions after it instead of the last value (a resume, docs/history.md).
+    case subscribe(id: JSON?, topics: [Topic], after: UInt64? = nil, logEpoch: String? = nil)
     /// `unsubscribe` with `topics`.
     case unsubscribe(id: JSON?, topics: [Topic])
     /// `auth` with a fresh `token`, before the connection's token expires.
@@ -44,7 +45,11 @@ extension Codec {
         let fields = Fields(members)
         do throws(PresenceError) {
             switch try fields.string("op") {
-            case "subscribe": return .success(.subscribe(id: id, topics: try topics(fields, max: maxTopics)))
+            case "subscribe":
+                return .success(
+                    .subscribe(
+                        id: id, topics: try topics(fields, max: maxTopics), after: try fields.offset("after"),
+                        logEpoch: try fields.string("log_epoch")))
             case "unsubscribe": return .success(.unsubscribe(id: id, topics: try topics(fields, max: maxTopics)))
             case "auth":
                 guard let token = try fields.string("token") else {

@@ -83,7 +83,7 @@ extension Codec {
                     limit: try fields.limit()))
         case "events":
             guard let after = try fields.offset("after") else {
-                throw PresenceError(.badRequest, "field 'after' is required (0 reads from the oldest kept)")
+                throw PresenceError(.badRequest, "field 'after' is required (0: from the log's start)")
             }
             return .events(after: after, logEpoch: try fields.string("log_epoch"), limit: try fields.limit())
         case "ping":

@@ -42,9 +42,10 @@ struct AllBench: AsyncParsableCommand {
         abstract:
             "Latency, throughput, sessions at rest, fan-out, crash detection, TTL expiry, WebSocket and idle phones.",
         discussion: """
-            --only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry, and curve (latency \
-            and throughput with and without CURVE, one after the other, with their ratios). --curve runs every \
-            scenario over CURVE.
+            --only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry, curve (latency \
+            and throughput with and without CURVE, one after the other, with their ratios), and history (the \
+            presence log on and off, alternating; history reads over 90 days; disk per transition). --curve runs \
+            every scenario over CURVE.
             """)
 
     @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
@@ -123,6 +124,18 @@ struct AllBench: AsyncParsableCommand {
                             "CURVE/none \(without.id) \(figure): " + String(format: "%.2fx (%.3f -> %.3f)", b / a, a, b)
                         )
                     }
+                }
+            }
+            if wanted.contains("history") {
+                // The presence log's cost on the hot path (on and off, alternating) and its reads and disk.
+                for row in try bench.logOnAndOff(rate: smoke ? 500 : 10_000, seconds: seconds, rounds: smoke ? 1 : 4) {
+                    add(row)
+                }
+                for row in try bench.historyReads(
+                    days: smoke ? 3 : 90, perDay: smoke ? 100 : 2_000, others: smoke ? 3_000 : 900_000,
+                    reads: smoke ? 100 : 5_000)
+                {
+                    add(row)
                 }
             }
             if wanted.contains("websocket") {

@@ -177,3 +177,60 @@ private func rejectionCode<T>(_ body: () throws -> T) -> ErrorCode? {
         return nil
     }
 }
+
+extension Integration {
+    @Suite("Presence log: resuming a WebSocket subscription")
+    struct HistoryResumeTests {
+        /// A watcher that reconnects and subscribes with `after` (the offset of the last record it saw) gets exactly
+        /// the transitions it missed, in order, then the live ones: nothing missing, nothing twice, no last value.
+        @Test func resumeDeliversExactlyWhatWasMissed() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-\(UUID())").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try await withGateway({ $0.storage = .directory(directory) }) { gateway in
+                let command = try CommandClient(endpoint: gateway.broker.command, timeoutMilliseconds: 2_000)
+                let subscribe = #"{"op":"subscribe","id":"s","topics":["presence/alice/","presence/bob/"]}"#
+                let first = try await gateway.client(token: gateway.token("watcher"))
+                _ = try await first.call(subscribe, id: "s")
+                let alice = try command.hello(.init(user: "alice".id, ttlMilliseconds: 600_000)).session
+                let online = try Self.message(try await first.expect { $0.contains(#""status":"online""#) })
+                let seen = try #require(online[JSONKey("offset")]?.integer)
+                first.close()
+
+                try command.setStatus(alice, .away)
+                try command.setStatus(alice, .busy, text: "call")
+                _ = try command.hello(.init(user: "bob".id, ttlMilliseconds: 600_000))
+                _ = try command.hello(.init(user: "carol".id, ttlMilliseconds: 600_000))  // not followed
+
+                let epoch = try #require(try command.ping().log?.epoch)
+                let second = try await gateway.client(token: gateway.token("watcher"))
+                let bogus = try await second.call(
+                    #"{"op":"subscribe","id":"x","topics":["presence/alice/"],"after":1,"log_epoch":"nope"}"#, id: "x")
+                #expect(WebSocketTests.code(bogus) == "snapshot_required")
+                let resumed = try await second.call(
+                    #"{"op":"subscribe","id":"r","topics":["presence/alice/","presence/bob/"],"after":\#(seen),"log_epoch":"\#(epoch)"}"#,
+                    id: "r")
+                #expect(resumed[JSONKey("ok")] == .bool(true))
+                try command.bye(alice)  // live, after the resume
+                var updates: [[JSONKey: JSON]] = []
+                while updates.last?[JSONKey("status")] != .string("offline") {
+                    guard let frame = try await second.next(timeout: 5_000) else { break }
+                    updates.append(try Self.message(frame))
+                }
+                #expect(
+                    updates.map { "\($0[JSONKey("user")]?.string ?? "?") \($0[JSONKey("status")]?.string ?? "?")" } == [
+                        "alice away", "alice busy", "bob online", "alice offline",
+                    ])
+                let offsets = updates.compactMap { $0[JSONKey("offset")]?.integer }
+                #expect(offsets.count == 4 && offsets == offsets.sorted() && offsets[0] > seen)
+            }
+        }
+
+        /// The record inside an update frame.
+        static func message(_ frame: String) throws -> [JSONKey: JSON] {
+            guard case .object(let fields) = try JSONParser.parse(Array(frame.utf8)),
+                case .object(let message)? = fields[JSONKey("message")]
+            else { throw TestFailure("not an update: \(frame)") }
+            return message
+        }
+    }
+}

@@ -134,7 +134,7 @@ extension Integration {
         /// right, and a SIGTERM whose final write fails exits non-zero so that supervisors see the failure.
         @Test func failedFinalWriteExitsNonZero() async throws {
             let serve = try ServeProcess(extra: ["--write-interval-ms", "50"])
-            let child = try serveInShell("ulimit -f 100", serve)
+            let child = try serveInShell("ulimit -f 200", serve)
             defer { child.terminate() }
             let client = try CommandClient(endpoint: serve.command)
             for index in 0..<400 {

@@ -28,10 +28,12 @@ struct PresenceLogTests {
             try store.write(StoreBatch(records: [entries[3].record], brokerTime: at(3_000), log: entries))
             #expect(try log.events(after: 0, limit: 10) == entries)
             #expect(try log.events(after: 11, limit: 1) == [entries[2]])
-            #expect(try log.history(of: "alice".user, from: at(1_500), to: nil, after: nil, limit: 10).map(\.offset)
-                == [12, 13])
-            #expect(try log.history(of: "alice".user, from: nil, to: at(2_000), after: 10, limit: 10).map(\.offset)
-                == [12])
+            #expect(
+                try log.history(of: "alice".user, from: at(1_500), to: nil, after: nil, limit: 10).map(\.offset)
+                    == [12, 13])
+            #expect(
+                try log.history(of: "alice".user, from: nil, to: at(2_000), after: 10, limit: 10).map(\.offset)
+                    == [12])
             let latest = try log.latest(of: ["alice".user, "bob".user, "carol".user], at: at(2_500))
             #expect(latest["alice".user]?.offset == 12)
             #expect(latest["bob".user]?.offset == 11)
@@ -76,7 +78,8 @@ struct PresenceLogTests {
             #expect(try #require(try store.openLog(keep: true)).state.epoch == first)
             try store.write(
                 StoreBatch(
-                    records: [fullRecord("alice")], brokerTime: at(5_000), log: [entry(7, "alice", .online, at: 4_000)]))
+                    records: [fullRecord("alice")], brokerTime: at(5_000), log: [entry(7, "alice", .online, at: 4_000)])
+            )
             let (off, log) = try #require(try store.openLog(keep: false))
             #expect(off.epoch.isEmpty)
             #expect(try log.events(after: 0, limit: 10).isEmpty)

@@ -14,6 +14,9 @@ const realClock = {
   clearTimeout: (handle) => clearTimeout(handle),
 };
 
+/** A resumed `subscribe` refused with these is sent again without `after`: the log cannot continue from there. */
+const RESUME_REFUSALS = new Set(["snapshot_required", "no_history"]);
+
 /** Topics per `subscribe` request (the broker's default cap per connection is 1,000). */
 const SUBSCRIBE_CHUNK = 500;
 
@@ -361,6 +364,9 @@ export class RollCall {
       const pong = await this.#send({ op: "ping" });
       this.#brokerTime(pong.time);
       this.#watch.connectedTo(pong.epoch);
+      // On a broker that keeps a presence log, the followed users' transitions missed while away come first, in
+      // order (docs/history.md); where it cannot resume, the topics are subscribed afresh and read again.
+      const resume = this.#watch.resumePoint(pong.log_epoch);
       // Until the client is ready, follow() sends nothing: what was followed while a subscribe was under way is
       // picked up by the next round. A topic the broker refuses (an invalid id, past its cap) is reported and left
       // out; the others are subscribed all the same.
@@ -371,7 +377,7 @@ export class RollCall {
         if (!topics.length) break;
         for (let i = 0; i < topics.length; i += SUBSCRIBE_CHUNK) {
           const chunk = topics.slice(i, i + SUBSCRIBE_CHUNK);
-          await this.#subscribeEach(chunk);
+          await this.#subscribeEach(chunk, resume);
           for (const topic of chunk) subscribed.add(topic);
         }
       }
@@ -561,6 +567,7 @@ export class RollCall {
     }
     const user = userOf(topic);
     if (user !== null) {
+      this.#watch.noteOffset(message);
       this.#record(message);
       return;
     }
@@ -636,12 +643,13 @@ export class RollCall {
   /** Subscribes to `topics`. The broker applies a `subscribe` all or nothing: when it refuses one, the topics are
    * tried again in halves, so the good ones are subscribed and each refused one is reported on "error" (with its
    * topic) and left out of the reads. Rejects only when the connection fails. */
-  async #subscribeEach(topics) {
+  async #subscribeEach(topics, resume = null) {
     try {
-      await this.#send({ op: "subscribe", topics });
+      await this.#send({ op: "subscribe", topics, ...(resume ?? {}) });
       for (const topic of topics) this.#refusedTopics.delete(topic); // refused at the cap before, taken now
     } catch (error) {
       if (!(error instanceof RollCallError) || CLIENT_CODES.has(error.code)) throw error;
+      if (resume && RESUME_REFUSALS.has(error.code)) return this.#subscribeEach(topics);
       if (topics.length === 1) {
         this.#refusedTopics.add(topics[0]);
         this.#emit("error", new RollCallError(error.code, `subscribe ${topics[0]}: ${error.message}`));

@@ -18,6 +18,8 @@ export interface PresenceRecord {
   seq: number;
   /** Why the user is offline: bye, status, closed, timeout, restart, node_lost, or a newer one. */
   reason?: string;
+  /** Where the record stands in the broker's presence log (docs/history.md), on a broker that keeps one. */
+  offset?: number;
 }
 
 export interface StatusCounts {
@@ -307,6 +309,11 @@ export class WatchMachine {
   groups(): string[];
   connectedTo(epoch: string): boolean;
   record(record: PresenceRecord): boolean;
+  /** The presence log's epoch and the highest offset received on a subscription (docs/history.md). */
+  readonly logEpoch: string | null;
+  readonly lastOffset: number | null;
+  noteOffset(record: PresenceRecord): void;
+  resumePoint(logEpoch: string | undefined): { after: number; log_epoch: string } | null;
   groupMessage(message: GroupMessage | GroupDeleted): { records: PresenceRecord[] } | null;
   groupRead(read: { group: string; online: number; total: number; counts: StatusCounts; members: Record<string, PresenceRecord>; seq: number }): { view: GroupView; records: PresenceRecord[] } | null;
   heartbeat(beat: BrokerHeartbeat, now: number): boolean;

@@ -27,6 +27,29 @@ export class WatchMachine {
     this.resyncPause = 1000;
     this.lastResyncAt = null;
     this.resyncAt = null;
+    /** The broker's presence log (docs/history.md): its epoch, and the highest offset of a record received on a
+     * subscription, from which a new connection resumes. */
+    this.logEpoch = null;
+    this.lastOffset = null;
+  }
+
+  /** A record arrived on a subscription: its offset is where a resume starts (records arrive in offset order). */
+  noteOffset(record) {
+    if (typeof record?.offset === "number" && (this.lastOffset === null || record.offset > this.lastOffset)) {
+      this.lastOffset = record.offset;
+    }
+  }
+
+  /** The log a new connection's broker keeps (`ping`'s `log_epoch`): `{after, log_epoch}` to resume the followed
+   * users' transitions from, or null (no log, another log, or nothing received yet). */
+  resumePoint(logEpoch) {
+    const same = typeof logEpoch === "string" && logEpoch === this.logEpoch;
+    if (!same) {
+      this.logEpoch = typeof logEpoch === "string" ? logEpoch : null;
+      this.lastOffset = null;
+      return null;
+    }
+    return this.lastOffset === null ? null : { after: this.lastOffset, log_epoch: logEpoch };
   }
 
   /** Someone follows these topics: returns those that were not followed yet (to subscribe). */

@@ -363,3 +363,45 @@ describe("a connection cut and restored (a TCP proxy)", () => {
     }
   });
 });
+
+describe("resuming after a cut, on a broker that keeps a presence log (docs/history.md)", () => {
+  let broker;
+  let proxy;
+  before(async () => {
+    broker = await new Broker({ dataDir: true }).start();
+    const { CuttableProxy } = await import("../helpers/proxy.js");
+    proxy = await new CuttableProxy(broker.ports.ws).listen();
+  });
+  after(async () => {
+    await proxy?.close();
+    await broker?.stop();
+  });
+
+  test("every transition missed while cut off comes in order after the reconnection, none twice", async () => {
+    const rc = broker.client({ sub: "r-watcher", role: "user", url: `ws://127.0.0.1:${proxy.port}/v1/ws` });
+    const states = new Recorder();
+    rc.on("state", states.fn);
+    const followed = new Recorder();
+    rc.follow(["r-bob"], followed.fn);
+    const bobClient = broker.client({ sub: "r-bob", role: "user" });
+    const bob = await bobClient.online({ user: "r-bob" });
+    await followed.find((r) => r.status === "online", "bob online");
+    await proxy.cut();
+    await states.find((s) => s === "reconnecting", "reconnecting");
+    await bob.setStatus("away", { text: "lunch" });
+    await bob.setStatus("busy", { text: "call" });
+    const seen = followed.items.length;
+    await proxy.restore();
+    await states.find((s) => s === "connected", "connected again", 10000, states.items.indexOf("reconnecting"));
+    await bob.setStatus("online");
+    await followed.find((r) => r.status === "online", "bob's live change after the resume", 10000, seen);
+    const after = followed.items.slice(seen).filter((r) => r.seq > 0);
+    assert.deepEqual(
+      after.map((r) => `${r.status} ${r.text ?? ""}`),
+      ["away lunch", "busy call", "online "],
+      "the missed transitions, in order, then the live one",
+    );
+    const offsets = after.map((r) => r.offset);
+    assert.ok(offsets.every((o, i) => typeof o === "number" && (i === 0 || o > offsets[i - 1])), `offsets: ${offsets}`);
+  });
+});

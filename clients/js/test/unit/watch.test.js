@@ -91,3 +91,17 @@ test("the store notifies subscribers and replaces records rather than changing t
   assert.deepEqual(seen, [{ users: ["a"], groups: [] }, { users: ["a"], groups: [] }]);
   assert.equal(store.version, 3);
 });
+
+test("resuming: the highest offset received is where a connection to the same log resumes; another log starts over", () => {
+  const w = new WatchMachine();
+  assert.equal(w.resumePoint("log-a"), null, "nothing received yet");
+  w.noteOffset({ ...rec("bob", "online", 1), offset: 120 });
+  w.noteOffset({ ...rec("carol", "online", 1), offset: 90 });
+  w.noteOffset(rec("dave", "online", 1)); // no offset: a broker without a log
+  assert.deepEqual(w.resumePoint("log-a"), { after: 120, log_epoch: "log-a" });
+  assert.equal(w.resumePoint("log-b"), null, "another log: its offsets mean nothing here");
+  assert.equal(w.lastOffset, null);
+  w.noteOffset({ ...rec("bob", "away", 2), offset: 7 });
+  assert.deepEqual(w.resumePoint("log-b"), { after: 7, log_epoch: "log-b" });
+  assert.equal(w.resumePoint(undefined), null, "a broker without a log");
+});
