@@ -24,6 +24,8 @@ let package = Package(
         // Already in the graph through Hummingbird; named for NIOHTTPTypes (the operations endpoint's head deadline).
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.24.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
+        // Already in the graph through jwt-kit; named for HMAC-SHA256 (webhook signatures).
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.0.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.1.0"),
@@ -152,12 +154,27 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // Webhook delivery (docs/webhooks.md): the presence log POSTed to each URL, signed as Standard Webhooks says, in
+        // offset order, at least once; a pure machine per URL and a service that runs it off the event loop.
+        .target(
+            name: "RollCallWebhooks",
+            dependencies: [
+                "RollCallCore", "RollCallWire",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // The product assembled: a validated configuration turned into the broker, the WebSocket door, the operations
         // endpoint and the cluster node, in their dependency order. `rollcall serve` and the test kit both use it.
         .target(
             name: "RollCallServer",
             dependencies: [
                 "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallOperations", "RollCallSecurity",
+                "RollCallStore", "RollCallWebhooks",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -183,7 +200,8 @@ let package = Package(
             name: "rollcall",
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
-                "RollCallSecurity", "RollCallServer", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ",
+                "RollCallSecurity", "RollCallServer", "RollCallWebhooks", "RollCallWebSocketClient", "RollCallWire",
+                "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -226,7 +244,20 @@ let package = Package(
             ]
         ),
         .testTarget(
-            name: "RollCallServerTests", dependencies: ["RollCallBroker", "RollCallOperations", "RollCallServer"]),
+            name: "RollCallWebhooksTests",
+            dependencies: [
+                "RollCallCore", "RollCallWebhooks", "RollCallWire",
+                // The receiver: a real HTTP server in the test, on a free loopback port.
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(
+            name: "RollCallServerTests",
+            dependencies: ["RollCallBroker", "RollCallOperations", "RollCallServer", "RollCallWebhooks"]),
         .testTarget(name: "RollCallClusterTests", dependencies: ["RollCallCluster", "RollCallTestSupport"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),
@@ -236,13 +267,16 @@ let package = Package(
             dependencies: [
                 "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
                 "RollCallSecurity", "RollCallServer", "RollCallStore", "RollCallTestSupport",
-                "RollCallTestKit", "RollCallKit", "RollCallWebSocketClient", "RollCallWire", "ZeroMQ", "rollcall",
-                "rollcall-bench", "rollcall-example-contacts",
+                "RollCallTestKit", "RollCallKit", "RollCallWebhooks", "RollCallWebSocketClient", "RollCallWire",
+                "ZeroMQ", "rollcall", "rollcall-bench", "rollcall-example-contacts",
                 .product(name: "DequeModule", package: "swift-collections"),
+                // A webhook receiver in the test (WebhookTests).
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
     ],

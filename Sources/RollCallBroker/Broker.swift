@@ -35,8 +35,16 @@ public final class Broker: Service, Sendable {
     private let stopping = Atomic<Bool>(false)
     private let looping = Atomic<Bool>(false)
     private let logger: Logger
+    /// The presence log's reader, when the broker keeps a log (a data directory and a retention above 0): webhook
+    /// delivery reads it on its own connection, never through the loop.
+    public let presenceLog: PresenceLog?
 
-    public init(configuration: BrokerConfiguration, logger: Logger) throws {
+    /// `logCommitted` is told the highest offset after each write that appended to the log, on the store writer's
+    /// thread (webhook delivery wakes on it): it must only hand it on.
+    public init(
+        configuration: BrokerConfiguration, logger: Logger,
+        logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in }
+    ) throws {
         try configuration.validate()
         let context = try Context()
         // The ZAP handler is bound before any CURVE socket: a CURVE server without one accepts every client key
@@ -147,7 +155,8 @@ public final class Broker: Service, Sendable {
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
             monitor: monitor, zap: zap, xpubMonitor: xpubMonitor, store: store, logger: logger,
             wakeLoop: { [waker] in waker.wake() },
-            mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster)
+            mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster, logCommitted: logCommitted)
+        presenceLog = eventLoop.history?.log
         if eventLoop.clock.isManual {
             let signal = TestClockSignal(time: eventLoop.clock.now())
             eventLoop.clock.signal = signal

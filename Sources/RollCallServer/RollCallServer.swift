@@ -2,6 +2,7 @@ import Logging
 import RollCallBroker
 import RollCallGateway
 import RollCallOperations
+import RollCallWebhooks
 import ServiceLifecycle
 import Synchronization
 import UnixSignals
@@ -11,7 +12,8 @@ import UnixSignals
 /// broker, WebSocket door and operations endpoint that ship.
 ///
 /// The services run in one `ServiceGroup` in this order: the operations endpoint, the JWKS URL's refresher, the
-/// WebSocket door, the broker (and with it the cluster node it runs), systemd's notifier, the descriptor watch. They stop in the reverse: systemd
+/// WebSocket door, the broker (and with it the cluster node it runs), webhook delivery, systemd's notifier, the
+/// descriptor watch. They stop in the reverse (webhook delivery sends nothing new once the stop begins): systemd
 /// hears `STOPPING` first, the broker writes its last changes while the door and the endpoint still answer (the
 /// endpoint's `/readyz` says 503 from the start of the shutdown), and the operations endpoint goes last.
 public final class RollCallServer: Sendable {
@@ -21,6 +23,8 @@ public final class RollCallServer: Sendable {
     public let operations: OperationsServer?
     /// The WebSocket door's token checks, if it takes tokens.
     public let verifier: TokenVerifier?
+    /// Webhook delivery (docs/webhooks.md), with `--webhook-url`.
+    public let webhooks: WebhookDelivery?
     private let services: [any Service]
     private let bound: BoundAddresses
 
@@ -41,7 +45,8 @@ public final class RollCallServer: Sendable {
         if let limit = DescriptorLimit.raiseToHard() {
             logger.debug("file descriptor limit", metadata: ["limit": "\(limit)"])
         }
-        let broker = try Broker(configuration: configuration.broker, logger: logger)
+        let wakeUp = WebhookWakeUp()
+        let broker = try Broker(configuration: configuration.broker, logger: logger) { _ in wakeUp.notify() }
         self.broker = broker
         let bound = BoundAddresses()
         self.bound = bound
@@ -69,6 +74,11 @@ public final class RollCallServer: Sendable {
         if let source = verifier?.jwksSource { services.append(source) }
         if let webSocket { services.append(webSocket) }
         services.append(broker)
+        webhooks = try configuration.webhooks.map {
+            try wakeUp.start(
+                $0, broker: broker, writeInterval: configuration.broker.writeIntervalMilliseconds, logger: logger)
+        }
+        if let webhooks { services.append(webhooks) }
         if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
             services.append(notifier)
         }

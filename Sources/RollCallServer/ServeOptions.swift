@@ -1,6 +1,7 @@
 import RollCallBroker
 import RollCallCore
 import RollCallOperations
+import RollCallWebhooks
 
 /// What `rollcall serve` was told, before the rules that tie settings together: the broker's settings already read
 /// (each from its flag, else its environment variable, else ``BrokerConfiguration``'s default), and the settings
@@ -24,6 +25,10 @@ public struct ServeOptions: Sendable {
     public var authorizedKeysFile: String?
     /// The operations endpoint, if `--http-endpoint` was given.
     public var operations: OperationsSettings?
+    /// `--webhook-url` and the other `--webhook-*` settings (docs/webhooks.md); no URL turns delivery off.
+    public var webhooks = WebhookSettings()
+    /// `--webhook-secret-file`: the `whsec_` secret that signs every delivery; required with a URL.
+    public var webhookSecretFile: String?
 
     public init() {}
 
@@ -62,8 +67,52 @@ public struct ServeOptions: Sendable {
         } else if nodeID != nil || nodeLeaseMilliseconds != nil {
             throw ConfigurationError("--node-id", "and --node-lease-ms need --cluster")
         }
-        let configuration = ServerConfiguration(broker: c, operations: operations)
+        let configuration = ServerConfiguration(
+            broker: c, operations: operations,
+            webhooks: try webhookConfiguration(cluster: c.cluster != nil, keepsLog: Self.keepsLog(c)))
         try configuration.validate()
         return configuration
+    }
+
+    /// The webhook settings checked and the secret read, or `nil` without a URL.
+    private func webhookConfiguration(cluster: Bool, keepsLog: Bool) throws(ConfigurationError)
+        -> WebhookConfiguration?
+    {
+        do {
+            try webhooks.validate()
+        } catch {
+            throw ConfigurationError(error.setting, error.message)
+        }
+        guard !webhooks.urls.isEmpty else {
+            guard webhookSecretFile == nil else {
+                throw ConfigurationError("--webhook-secret-file", "needs --webhook-url: there is nothing to sign")
+            }
+            return nil
+        }
+        // One node per URL must deliver (an election in etcd), which is not built: every node would send everything.
+        guard !cluster else {
+            throw ConfigurationError("--webhook-url", "is not supported with --cluster yet (docs/webhooks.md)")
+        }
+        // Delivery reads the presence log, and keeps its cursors with it.
+        guard keepsLog else {
+            throw ConfigurationError(
+                "--webhook-url",
+                "needs the presence log: a data directory (not --ephemeral) and --history-retention-ms above 0")
+        }
+        guard let path = webhookSecretFile else {
+            throw ConfigurationError(
+                "--webhook-url", "needs --webhook-secret-file: a file holding the whsec_ secret that signs deliveries")
+        }
+        do {
+            return WebhookConfiguration(settings: webhooks, signer: try WebhookConfiguration.readSecret(path: path))
+        } catch {
+            throw ConfigurationError(error.setting, error.message)
+        }
+    }
+
+    /// Whether a broker with `c` keeps a presence log: a data directory and a retention above 0.
+    private static func keepsLog(_ c: BrokerConfiguration) -> Bool {
+        guard case .directory = c.storage else { return false }
+        return c.historyRetentionMilliseconds > 0
     }
 }

@@ -192,6 +192,8 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup(title: "Operations endpoint") var http: HTTPOptions
 
+    @OptionGroup(title: "Webhooks") var webhooks: WebhookOptions
+
     @Flag(
         help:
             "Test mode: the clock moves only by advance requests; free loopback ports unless given; nothing kept. Never in production."
@@ -285,6 +287,7 @@ struct Serve: AsyncParsableCommand {
         o.curveSecretKeyFile = curveSecretKeyFile ?? environment["ROLLCALL_CURVE_SECRET_KEY_FILE"]
         o.authorizedKeysFile = authorizedKeys ?? environment["ROLLCALL_AUTHORIZED_KEYS"]
         o.operations = try http.settings()
+        (o.webhooks, o.webhookSecretFile) = try webhooks.settings()
         return o
     }
 

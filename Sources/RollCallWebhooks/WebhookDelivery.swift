@@ -1,0 +1,316 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import RollCallCore
+import ServiceLifecycle
+import Synchronization
+
+/// Webhook delivery as a `Service` (docs/webhooks.md): for each URL, a task that runs its ``DeliveryMachine``,
+/// reads the log from the ``WebhookEventSource``, POSTs signed batches with async-http-client and saves the cursor
+/// in the ``WebhookCursorStore``. It runs on Swift Concurrency's and NIO's threads, never on the broker's event
+/// loop: the broker only calls ``notify()`` after each log commit, which takes a lock and returns.
+///
+/// With `--webhook-offline-after-ms`, each URL has a second stream, `presence.offline_for`, with a cursor of its own
+/// (``OfflineForSource``): the two streams are each in offset order, not ordered with each other.
+///
+/// A graceful shutdown sends no new batch: a POST under way ends with its answer or its timeout, and its cursor is
+/// saved only if it was acknowledged. A cancellation abandons it at once (nothing saved).
+public final class WebhookDelivery: Service, Sendable {
+    public let configuration: WebhookConfiguration
+    private let source: any WebhookEventSource
+    private let cursors: any WebhookCursorStore
+    private let logger: Logger
+    private let unixSeconds: @Sendable () -> Int64
+    private let jitter: @Sendable () -> Double
+    private let offlineSource: OfflineForSource?
+    private let urls: [URLDelivery]
+    private let stopping = Atomic<Bool>(false)
+
+    /// `unixSeconds` gives `webhook-timestamp` (the wall clock: receivers compare it with theirs, so it is not the
+    /// broker's clock, which test mode moves); `jitter` gives each retry's jitter in 0...1. `brokerNow` is the
+    /// broker's clock, which decides `presence.offline_for`; `offlineSettle` (ms) is how long a transition may take to
+    /// reach the log (the broker's longest commit delay).
+    public init(
+        configuration: WebhookConfiguration, source: any WebhookEventSource, cursors: any WebhookCursorStore,
+        logger: Logger,
+        brokerNow: @escaping @Sendable () -> BrokerTime = {
+            BrokerTime(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
+        },
+        offlineSettle: Int64 = 1_000,
+        unixSeconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) },
+        jitter: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
+    ) {
+        self.configuration = configuration
+        self.source = source
+        self.cursors = cursors
+        self.logger = logger
+        self.unixSeconds = unixSeconds
+        self.jitter = jitter
+        let offlineAfter = configuration.settings.offlineAfterMilliseconds
+        offlineSource = offlineAfter.map {
+            OfflineForSource(log: source, offlineAfter: $0, settle: offlineSettle, now: brokerNow)
+        }
+        urls = configuration.settings.urls.flatMap { url in
+            [URLDelivery(url: url, stream: .changes)]
+                + (offlineAfter.map { [URLDelivery(url: url, stream: .offlineFor(milliseconds: $0))] } ?? [])
+        }
+        // A URL configured for the first time starts at the newest entry as of now, before the broker runs, so that
+        // every transition after the start is delivered; a store that fails now is tried again by the URL's task.
+        for url in urls { _ = try? claimCursor(url) }
+    }
+
+    /// New entries were committed to the log: every URL reads it now instead of at its next poll. Safe and cheap
+    /// from any thread (the broker's loop calls it).
+    public func notify() {
+        for url in urls { url.wake.signal() }
+    }
+
+    /// Each URL's state as last seen, in the order of the settings (with its `presence.offline_for` stream after it).
+    public var states: [URLState] { urls.map { $0.state.withLock { $0 } } }
+
+    /// Delivers until a graceful shutdown (or cancellation), then shuts its HTTP client down.
+    public func run() async throws {
+        var http = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(
+                connect: .milliseconds(configuration.settings.timeoutMilliseconds),
+                read: .milliseconds(configuration.settings.timeoutMilliseconds)))
+        // A refused connection is a failed attempt, retried by the machine's backoff, not by the client's own.
+        http.connectionPool.retryConnectionEstablishment = false
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
+        logger.info(
+            "webhook delivery started",
+            metadata: [
+                "urls": "\(configuration.settings.urls.count)", "batch_max": "\(configuration.settings.batchMax)",
+            ])
+        await withGracefulShutdownHandler {
+            await withTaskGroup(of: Void.self) { tasks in
+                for url in urls {
+                    tasks.addTask { await self.deliver(url, client: client) }
+                }
+            }
+        } onGracefulShutdown: {
+            self.stopping.store(true, ordering: .releasing)
+            self.notify()
+        }
+        try? await client.shutdown()
+        logger.info("webhook delivery stopped")
+    }
+
+    private var isStopping: Bool { stopping.load(ordering: .acquiring) || Task.isCancelled }
+
+    /// One URL's loop: the machine's shell.
+    private func deliver(_ url: URLDelivery, client: HTTPClient) async {
+        var logger = self.logger
+        logger[metadataKey: "webhook_url"] = "\(url.url)"
+        var policy = configuration.settings.policy
+        let source: any WebhookEventSource
+        switch url.stream {
+        case .changes:
+            source = self.source
+        case .offlineFor:
+            logger[metadataKey: "webhook_type"] = "presence.offline_for"
+            source = offlineSource ?? self.source
+            policy.batchMax = 1
+            policy.idPrefix = "msg_offline"
+        }
+        let poll = Duration.milliseconds(configuration.settings.batchMilliseconds)
+        guard let cursor = await startingCursor(url, logger: logger) else { return }
+        var machine = DeliveryMachine<ContinuousClock.Instant>(policy: policy, cursor: cursor)
+        url.update { $0.acknowledged = cursor.acknowledged }
+        var nextCount = ContinuousClock.now
+        var readFailing = false
+        while !isStopping {
+            if machine.room > 0 {
+                do {
+                    let entries = try source.events(after: machine.readThrough, limit: machine.room)
+                    machine.received(entries, now: .now)
+                    if readFailing { logger.notice("webhook: the log can be read again") }
+                    readFailing = false
+                } catch {
+                    // Once per failure streak, not at every poll.
+                    if !readFailing { logger.error("webhook: the log cannot be read", metadata: ["error": "\(error)"]) }
+                    readFailing = true
+                }
+            }
+            if url.stream == .changes, ContinuousClock.now >= nextCount {
+                nextCount = .now + .seconds(1)
+                if let pending = try? source.count(after: machine.acknowledged) {
+                    url.metrics.pending.record(pending)
+                    url.update { $0.pending = pending }
+                }
+            }
+            switch machine.next(now: .now) {
+            case .wait(let until):
+                let deadline = min(until ?? .now + poll, .now + poll)
+                await url.wake.wait(until: deadline)
+            case .send(let batch, let save):
+                if let save { self.save(save, url, logger: logger) }
+                let result = await post(batch, to: url, client: client, logger: logger)
+                url.metrics.count(result)
+                if result == .ok {
+                    let saved = machine.acknowledged(now: .now)
+                    self.save(saved, url, logger: logger)
+                    url.update {
+                        $0.acknowledged = saved.acknowledged
+                        $0.deliveredBatches += 1
+                        $0.failures = 0
+                    }
+                    logger.debug(
+                        "webhook batch acknowledged",
+                        metadata: ["webhook_id": "\(batch.id)", "events": "\(batch.entries.count)"])
+                    continue
+                }
+                switch machine.failed(now: .now, jitter: jitter()) {
+                case .retry(let delay, let attempt):
+                    url.update { $0.failures += 1 }
+                    logger.warning(
+                        "webhook batch failed; retrying",
+                        metadata: [
+                            "webhook_id": "\(batch.id)", "result": "\(result.rawValue)", "next_attempt": "\(attempt)",
+                            "retry_in": "\(delay)",
+                        ])
+                case .skipped(let skipped, let cursor):
+                    url.metrics.count(.skipped)
+                    self.save(cursor, url, logger: logger)
+                    url.update {
+                        $0.acknowledged = cursor.acknowledged
+                        $0.skippedBatches += 1
+                        $0.failures = 0
+                    }
+                    logger.error(
+                        "webhook batch skipped: still failing after the retry window",
+                        metadata: [
+                            "webhook_id": "\(skipped.id)", "events": "\(skipped.entries.count)",
+                            "attempts": "\(skipped.attempts)", "retry_hours": "\(configuration.settings.retryHours)",
+                        ])
+                }
+            }
+        }
+    }
+
+    /// The saved cursor, else the log's newest offset, saved at once (so that a restart does not skip what came in
+    /// between).
+    private func claimCursor(_ url: URLDelivery) throws -> WebhookCursor {
+        if let cursor = try cursors.cursor(for: url.cursorKey) { return cursor }
+        let cursor = WebhookCursor(acknowledged: try source.latestOffset())
+        try cursors.save(cursor, for: url.cursorKey)
+        logger.info(
+            "webhook URL starts at the log's newest entry",
+            metadata: ["webhook_url": "\(url.url)", "offset": "\(cursor.acknowledged)"])
+        return cursor
+    }
+
+    /// ``claimCursor(_:)``, retried every second while the store or the log cannot be read; `nil` when stopping
+    /// first.
+    private func startingCursor(_ url: URLDelivery, logger: Logger) async -> WebhookCursor? {
+        while !isStopping {
+            do {
+                return try claimCursor(url)
+            } catch {
+                logger.warning("webhook: no cursor yet; retrying in 1 s", metadata: ["error": "\(error)"])
+                await url.wake.wait(until: .now + .seconds(1))
+            }
+        }
+        return nil
+    }
+
+    /// Saves `cursor`; a failure is logged (the next save, or a restart from the older cursor, which sends some
+    /// events again, makes up for it: at least once).
+    private func save(_ cursor: WebhookCursor, _ url: URLDelivery, logger: Logger) {
+        do {
+            try cursors.save(cursor, for: url.cursorKey)
+        } catch {
+            logger.error("webhook: the cursor cannot be saved", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// One signed POST of `batch`; how it ended.
+    private func post(
+        _ batch: DeliveryMachine<ContinuousClock.Instant>.Batch, to url: URLDelivery, client: HTTPClient,
+        logger: Logger
+    ) async -> WebhookMetrics.Result {
+        let body: [UInt8]
+        switch url.stream {
+        case .changes: body = WebhookPayload.presenceChanged(batch.entries)
+        case .offlineFor(let milliseconds):
+            body = WebhookPayload.offlineFor(batch.entries[0], offlineMilliseconds: milliseconds)
+        }
+        var request = HTTPClientRequest(url: url.url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "User-Agent", value: "rollcall-webhooks")
+        for header in configuration.signer.headers(id: batch.id, timestamp: unixSeconds(), body: body) {
+            request.headers.add(name: header.name, value: header.value)
+        }
+        request.body = .bytes(body)
+        let started = ContinuousClock.now
+        defer { url.metrics.recordLatency(since: started) }
+        do {
+            let response = try await client.execute(
+                request, timeout: .milliseconds(configuration.settings.timeoutMilliseconds))
+            // Read (and drop) the answer's body, so that the connection can be used again; a large one closes it.
+            _ = try? await response.body.collect(upTo: 1 << 16)
+            guard (200..<300).contains(response.status.code) else {
+                url.update { $0.lastError = "HTTP \(response.status.code)" }
+                return .httpError
+            }
+            return .ok
+        } catch {
+            url.update { $0.lastError = "\(error)" }
+            if let error = error as? HTTPClientError,
+                [.deadlineExceeded, .readTimeout, .connectTimeout].contains(error)
+            {
+                return .timeout
+            }
+            return .connectionError
+        }
+    }
+}
+
+extension WebhookDelivery {
+    /// What a URL receives on one of its streams.
+    public enum Stream: Equatable, Sendable {
+        /// `presence.changed`: every transition, in batches.
+        case changes
+        /// `presence.offline_for`: one POST per user offline for this long.
+        case offlineFor(milliseconds: Int64)
+    }
+
+    /// One URL's delivery as the status page and the tests see it.
+    public struct URLState: Equatable, Sendable {
+        public var url: String
+        public var stream: Stream
+        /// The offset of the last entry acknowledged (or skipped).
+        public var acknowledged: UInt64 = 0
+        /// Entries after it, as last counted.
+        public var pending = 0
+        public var deliveredBatches = 0
+        public var skippedBatches = 0
+        /// Failed attempts of the current batch.
+        public var failures = 0
+        public var lastError: String?
+    }
+
+    /// What a URL's task shares: its wake-up, its metrics and its state.
+    final class URLDelivery: Sendable {
+        let url: String
+        let stream: Stream
+        /// Where its cursor is kept: the URL, or ``OfflineForSource/cursorKey(for:)``.
+        let cursorKey: String
+        let wake = WakeSignal()
+        let metrics: WebhookMetrics
+        let state: Mutex<URLState>
+
+        init(url: String, stream: Stream) {
+            self.url = url
+            self.stream = stream
+            cursorKey = stream == .changes ? url : OfflineForSource.cursorKey(for: url)
+            metrics = WebhookMetrics(url: url, type: stream == .changes ? "presence.changed" : "presence.offline_for")
+            state = Mutex(URLState(url: url, stream: stream))
+        }
+
+        func update(_ change: (inout URLState) -> Void) { state.withLock { change(&$0) } }
+    }
+}

@@ -1,0 +1,54 @@
+import RollCallCore
+import Synchronization
+
+/// Where delivery reads the presence log from: the broker's SQLite log in production, an array in unit tests.
+///
+/// Delivery calls it from its own tasks, never from the broker's event loop; each call should be a short read.
+public protocol WebhookEventSource: Sendable {
+    /// The entries with an offset greater than `after`, in offset order, at most `limit` of them (fewer, or none,
+    /// when fewer are there).
+    func events(after: UInt64, limit: Int) throws -> [LogEntry]
+    /// The offset of the newest entry, 0 if the log is empty: where a URL without a cursor starts, so that it gets
+    /// only what comes after it was first configured.
+    func latestOffset() throws -> UInt64
+    /// How many entries have an offset greater than `after`: the pending-events gauge. Read at most once a second
+    /// per URL; it may be an estimate.
+    func count(after: UInt64) throws -> Int
+}
+
+/// A URL's place in the log: what it acknowledged, and the bounds of the batch sent and not yet acknowledged.
+public struct WebhookCursor: Equatable, Sendable {
+    /// The offset of the last entry the URL acknowledged (or that was skipped after the retry window): delivery
+    /// goes on after it.
+    public var acknowledged: UInt64
+    /// The offset of the last entry of the batch sent and not yet acknowledged, if any. After a restart that batch
+    /// is sent again with the same bounds, and so with the same `webhook-id`.
+    public var unacknowledgedThrough: UInt64?
+
+    public init(acknowledged: UInt64, unacknowledgedThrough: UInt64? = nil) {
+        self.acknowledged = acknowledged
+        self.unacknowledgedThrough = unacknowledgedThrough
+    }
+}
+
+/// Where each URL's cursor is kept: durably, in the same SQLite file as the log in production, so that a broker
+/// stopped or killed resumes after the last acknowledged batch.
+///
+/// `save` is called before a batch is first sent (with its bounds) and after it is acknowledged or skipped; a
+/// `save` that throws stops that URL's delivery until the next try (logged), it never skips anything.
+public protocol WebhookCursorStore: Sendable {
+    /// The cursor saved for `url`, `nil` if none was (a URL configured for the first time).
+    func cursor(for url: String) throws -> WebhookCursor?
+    func save(_ cursor: WebhookCursor, for url: String) throws
+}
+
+/// Cursors kept in memory: a broker that keeps nothing (`--ephemeral`, test mode) and tests.
+public final class MemoryCursorStore: WebhookCursorStore {
+    private let cursors = Mutex<[String: WebhookCursor]>([:])
+
+    public init() {}
+
+    public func cursor(for url: String) -> WebhookCursor? { cursors.withLock { $0[url] } }
+
+    public func save(_ cursor: WebhookCursor, for url: String) { cursors.withLock { $0[url] = cursor } }
+}

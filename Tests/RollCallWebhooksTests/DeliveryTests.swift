@@ -1,0 +1,150 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+import Testing
+
+@testable import RollCallWebhooks
+
+/// Webhook delivery over real HTTP into a receiver started in the test, which verifies every signature.
+@Suite struct DeliveryTests {
+    static let secret = "whsec_" + Data((0..<32).map { UInt8($0 * 11 % 256) }).base64EncodedString()
+
+    /// Runs a delivery service for `urls` over `log` until `body` returns, then stops it gracefully and waits for
+    /// it, whatever happens.
+    static func withDelivery<T>(
+        urls: [String], log: ArrayLog, cursors: MemoryCursorStore, batchMax: Int = 100,
+        timeoutMilliseconds: Int64 = 2_000,
+        _ body: (WebhookDelivery) async throws -> T
+    ) async throws -> T {
+        var settings = WebhookSettings()
+        settings.urls = urls
+        settings.batchMax = batchMax
+        settings.batchMilliseconds = 20
+        settings.timeoutMilliseconds = timeoutMilliseconds
+        try settings.validate()
+        var logger = Logger(label: "webhooks")
+        logger.logLevel = .debug
+        let delivery = WebhookDelivery(
+            configuration: WebhookConfiguration(settings: settings, signer: try StandardWebhookSigner(secret: secret)),
+            source: log, cursors: cursors, logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [delivery], logger: logger))
+        let running = Task { try await group.run() }
+        do {
+            let result = try await body(delivery)
+            await group.triggerGracefulShutdown()
+            try await running.value
+            return result
+        } catch {
+            await group.triggerGracefulShutdown()
+            _ = await running.result
+            throw error
+        }
+    }
+
+    /// A batch answered 500 is sent again, with the same webhook-id and body, after the first backoff (0.5 to 1 s);
+    /// nothing later is sent before it is acknowledged; then the next batch goes with its own id.
+    @Test func retriesA500WithTheSameID() async throws {
+        let receiver = Receiver(secret: Self.secret, answers: [500])
+        let log = ArrayLog(1...3)
+        let cursors = MemoryCursorStore()
+        try await receiver.serve { url in
+            cursors.save(WebhookCursor(acknowledged: 0), for: url)
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
+                try await waitUntil("the first attempt", within: .seconds(10)) { !receiver.deliveries.isEmpty }
+                // Entries that come while the batch waits for its retry go in the next batch, after it.
+                log.append(4...5)
+                delivery.notify()
+                try await waitUntil("the retry and the next batch", within: .seconds(10)) {
+                    receiver.deliveries.count >= 3
+                }
+                try await waitUntil("the cursor saved", within: .seconds(10)) {
+                    cursors.cursor(for: url)?.acknowledged == 5
+                }
+            }
+        }
+        let deliveries = receiver.deliveries
+        #expect(deliveries.map(\.id) == ["msg_1_3", "msg_1_3", "msg_4_5"])
+        #expect(deliveries.map(\.status) == [500, 200, 200])
+        #expect(deliveries.map(\.offsets) == [[1, 2, 3], [1, 2, 3], [4, 5]])
+        #expect(deliveries.allSatisfy { $0.signatureValid })
+        let backoff = deliveries[0].received.duration(to: deliveries[1].received)
+        print("retry after \(backoff)")
+        #expect(backoff >= .milliseconds(500))
+    }
+
+    /// A receiver that is down (connections refused) for a while gets everything once it is up, in offset order,
+    /// each entry acknowledged once, in batches of at most the maximum.
+    @Test func receiverDownForAWhile() async throws {
+        let port = try await Receiver.freePort()
+        let url = "http://127.0.0.1:\(port)/hook"
+        let log = ArrayLog(1...7)
+        let cursors = MemoryCursorStore()
+        cursors.save(WebhookCursor(acknowledged: 0), for: url)
+        let receiver = Receiver(secret: Self.secret)
+        try await Self.withDelivery(urls: [url], log: log, cursors: cursors, batchMax: 3) { delivery in
+            try await waitUntil("two refused attempts", within: .seconds(10)) {
+                (delivery.states.first?.failures ?? 0) >= 2
+            }
+            #expect(delivery.states.first?.acknowledged == 0)
+            log.append(8...10)
+            delivery.notify()
+            let started = ContinuousClock.now
+            try await receiver.serve(port: port) { _ in
+                try await waitUntil("everything delivered", within: .seconds(20)) {
+                    receiver.acknowledgedOffsets.count >= 10
+                }
+            }
+            print("delivered \(started.duration(to: .now)) after the receiver came up")
+        }
+        #expect(receiver.acknowledgedOffsets == Array(1...10))
+        #expect(receiver.deliveries.first?.id == "msg_1_3", "the first batch is the one refused, with its id")
+        #expect(receiver.deliveries.allSatisfy { $0.offsets.count <= 3 && $0.signatureValid })
+        #expect(cursors.cursor(for: url)?.acknowledged == 10)
+    }
+
+    /// A URL without a cursor starts after the log's newest entry; what comes after is delivered in offset order
+    /// across many batches, each id naming its batch's first and last offsets.
+    @Test func newURLStartsAtTheNewestEntryAndKeepsOrder() async throws {
+        let receiver = Receiver(secret: Self.secret)
+        let log = ArrayLog(1...5)
+        let cursors = MemoryCursorStore()
+        try await receiver.serve { url in
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors, batchMax: 4) { delivery in
+                try await waitUntil("the starting cursor", within: .seconds(10)) { cursors.cursor(for: url) != nil }
+                #expect(cursors.cursor(for: url) == WebhookCursor(acknowledged: 5))
+                for chunk in stride(from: UInt64(6), through: 45, by: 5) {
+                    log.append(chunk..<chunk + 5)
+                    delivery.notify()
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 0...30)))
+                }
+                try await waitUntil("everything delivered", within: .seconds(20)) {
+                    receiver.acknowledgedOffsets.count >= 40
+                }
+            }
+        }
+        #expect(receiver.acknowledgedOffsets == Array(6...45))
+        for delivery in receiver.deliveries {
+            #expect(delivery.id == "msg_\(delivery.offsets.first!)_\(delivery.offsets.last!)")
+            #expect(delivery.offsets.count <= 4)
+            #expect(delivery.signatureValid)
+        }
+    }
+
+    /// A graceful stop sends nothing new but lets the POST in flight finish: acknowledged, its cursor is saved.
+    @Test func gracefulStopFinishesTheRequestInFlight() async throws {
+        let receiver = Receiver(secret: Self.secret, delay: .milliseconds(400))
+        let log = ArrayLog(1...3)
+        let cursors = MemoryCursorStore()
+        try await receiver.serve { url in
+            cursors.save(WebhookCursor(acknowledged: 0), for: url)
+            let stopped = try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { _ in
+                try await waitUntil("the first POST", within: .seconds(10)) { !receiver.deliveries.isEmpty }
+                log.append(4...6)
+                return ContinuousClock.now
+            }
+            print("stopped \(stopped.duration(to: .now)) after the shutdown began")
+            #expect(cursors.cursor(for: url) == WebhookCursor(acknowledged: 3))
+            #expect(receiver.deliveries.count == 1, "nothing new after the shutdown began")
+        }
+    }
+}
