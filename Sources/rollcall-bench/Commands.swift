@@ -67,8 +67,9 @@ struct AllBench: AsyncParsableCommand {
         bench.brokerArguments = brokerArg
         if curve { bench.curve = try CurveSetup.make() }
         let wanted = Set(
-            (only ?? "latency,throughput,sessions,fanout,crash,expiry,history,websocket,phones").split(separator: ",").map(
-                String.init)
+            (only ?? "latency,throughput,sessions,fanout,crash,expiry,history,websocket,phones").split(separator: ",")
+                .map(
+                    String.init)
         )
         let seconds = smoke ? 0.5 : self.seconds
         var rows: [BenchRow] = []
