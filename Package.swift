@@ -193,6 +193,9 @@ let package = Package(
                 "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
                 "RollCallWire", "ZeroMQ",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // Argument parsing and wiring only.

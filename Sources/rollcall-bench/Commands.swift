@@ -44,7 +44,8 @@ struct AllBench: AsyncParsableCommand {
         discussion: """
             --only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry, curve (latency \
             and throughput with and without CURVE, one after the other, with their ratios), and history (the \
-            presence log on and off, alternating; history reads over 90 days; disk per transition). --curve runs \
+            presence log on and off, alternating; history reads over 90 days; disk per transition), webhooks (transition \
+            to webhook latency at 100 and 5,000 changes/s, delivered events/s). --curve runs \
             every scenario over CURVE.
             """)
 
@@ -67,9 +68,11 @@ struct AllBench: AsyncParsableCommand {
         bench.brokerArguments = brokerArg
         if curve { bench.curve = try CurveSetup.make() }
         let wanted = Set(
-            (only ?? "latency,throughput,sessions,fanout,crash,expiry,history,websocket,phones").split(separator: ",")
-                .map(
-                    String.init)
+            (only ?? "latency,throughput,sessions,fanout,crash,expiry,history,webhooks,websocket,phones").split(
+                separator: ","
+            )
+            .map(
+                String.init)
         )
         let seconds = smoke ? 0.5 : self.seconds
         var rows: [BenchRow] = []
@@ -135,6 +138,13 @@ struct AllBench: AsyncParsableCommand {
                 for row in try bench.historyReads(
                     days: smoke ? 3 : 90, perDay: smoke ? 100 : 2_000, others: smoke ? 3_000 : 900_000,
                     reads: smoke ? 100 : 5_000)
+                {
+                    add(row)
+                }
+            }
+            if wanted.contains("webhooks") {
+                for row in try await bench.webhooks(
+                    rates: smoke ? [100] : [100, 5_000], seconds: smoke ? 1 : seconds, burst: smoke ? 2_000 : 50_000)
                 {
                     add(row)
                 }
