@@ -51,4 +51,22 @@ extension EventLoop {
             deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeRecord(view)), to: id)
         }
     }
+
+    /// A transition a resumed WebSocket subscription missed, as the connection's viewer may see it now: `nil` for a
+    /// user hidden from it (``deliverHiddenViews(of:to:)`` sends that user's view instead).
+    func resumed(_ record: PresenceRecord, to id: ConnectionID) -> PresenceRecord? {
+        guard let viewer = viewer(of: id) else { return record }
+        return machine.published.deliverable(record, to: viewer)
+    }
+
+    /// After a resume: each presence topic of a user hidden from the connection's viewer gets that viewer's view,
+    /// which stands for the transitions left out.
+    func deliverHiddenViews(of topics: [Topic], to id: ConnectionID) {
+        guard let viewer = viewer(of: id) else { return }
+        let core = machine.published
+        for case .presence(let user) in topics where core.restricts(user) && !core.sight(of: user, by: viewer).status {
+            let view = core.view(of: user, for: viewer, now: clock.now())
+            deliver(Codec.encodeUpdate(topic: Topic.presence(user).bytes, body: Codec.encodeRecord(view)), to: id)
+        }
+    }
 }

@@ -212,6 +212,37 @@ extension Integration {
             }
         }
 
+        /// A watcher that resumes (`after`) gets no missed transition of a user now hidden from it, only its view:
+        /// the record of a bye at the moment sight was lost.
+        @Test func resumeLeavesOutAHiddenUser() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-\(UUID())").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try await withGateway({ $0.storage = .directory(directory) }) { gateway in
+                let alice = try await gateway.client(token: gateway.token("alice"))
+                let bob = try await gateway.client(token: gateway.token("bob"))
+                _ = try await bob.call(#"{"op":"subscribe","id":"s","topics":["presence/alice/"]}"#, id: "s")
+                let hello = try await alice.call(#"{"op":"hello","id":"h","user":"alice","ttl_ms":600000}"#, id: "h")
+                let session = try #require(hello[JSONKey("session")]?.string)
+                let online = try HistoryResumeTests.message(try await bob.expect { $0.contains(#""status":"online""#) })
+                let seen = try #require(online[JSONKey("offset")]?.integer)
+                bob.close()
+
+                _ = try await alice.call(#"{"op":"privacy","id":"p","user":"alice","visibility":"nobody"}"#, id: "p")
+                _ = try await alice.call(
+                    #"{"op":"status","id":"t","session":"\#(session)","status":"away","text":"secret"}"#, id: "t")
+                let ping = try await alice.call(#"{"op":"ping","id":"g"}"#, id: "g")
+                let epoch = try #require(ping[JSONKey("log_epoch")]?.string)
+                let again = try await gateway.client(token: gateway.token("bob"))
+                let resumed = try await again.call(
+                    #"{"op":"subscribe","id":"r","topics":["presence/alice/"],"after":\#(seen),"log_epoch":"\#(epoch)"}"#,
+                    id: "r")
+                #expect(resumed[JSONKey("ok")] == .bool(true))
+                let first = try await again.expect { $0.contains(#""topic":"presence/alice/""#) }
+                #expect(first.contains(#""status":"offline""#) && first.contains(#""reason":"bye""#))
+                #expect(!first.contains("away") && !first.contains("secret"))
+            }
+        }
+
         /// Edits alice's contacts with `client`'s token.
         static func contacts(
             _ client: WebSocketTestClient, _ verb: String, _ users: [String]
