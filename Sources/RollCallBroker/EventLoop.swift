@@ -267,7 +267,7 @@ final class EventLoop {
 
     /// Sends a record to its user's topic.
     func publish(_ record: PresenceRecord) {
-        if machine.published.restricts(record.user) {
+        if machine.restricts(record.user) {
             publishRestricted(record, replay: false)
         } else {
             send(Topic.presence(record.user), Codec.encodeRecord(record))

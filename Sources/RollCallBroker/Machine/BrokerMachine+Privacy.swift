@@ -4,6 +4,13 @@ import RollCallWire
 /// `privacy`, `contacts` and `block` (docs/privacy.md): the core decides; the machine asks the loop to give each
 /// WebSocket subscriber of the user whose view changed its new view at once.
 extension BrokerMachine {
+    /// Whether `user`'s records may differ from one viewer to another. Asked on every publication: it reads the
+    /// core in place rather than through ``published``, which copies the core value.
+    func restricts(_ user: UserID) -> Bool {
+        if case .cluster(let side) = publishing { return side.view.restricts(user) }
+        return core.restricts(user)
+    }
+
     mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
         // The settings live in this node's core; a cluster would need them in etcd to hold on every node.
         if case .cluster = publishing {
