@@ -32,6 +32,7 @@ extension BrokerConfiguration {
         public static let maxSessionsPerUser: ClosedRange<Int> = 1...10_000
         public static let updateHighWaterMark: ClosedRange<Int32> = 1...10_000_000
         public static let maxGroupSize: ClosedRange<Int> = 1...1_000_000
+        public static let maxContacts: ClosedRange<Int> = 1...1_000_000
         public static let maxGroups: ClosedRange<Int> = 1...100_000_000
         public static let maxMemberships: ClosedRange<Int> = 1...1_000_000_000
         public static let brokerIDBytes: ClosedRange<Int> = 1...256
@@ -60,6 +61,7 @@ extension BrokerConfiguration {
         try Self.check("--max-sessions", p.maxSessions, in: Range.maxSessions)
         try Self.check("--max-sessions-per-user", p.maxSessionsPerUser, in: Range.maxSessionsPerUser)
         try Self.check("--max-group-size", p.maxGroupSize, in: Range.maxGroupSize)
+        try Self.check("--max-contacts", p.maxContacts, in: Range.maxContacts)
         try Self.check("--max-groups", p.maxGroups, in: Range.maxGroups)
         try Self.check("--max-memberships", p.maxMemberships, in: Range.maxMemberships)
         try Self.check("--max-message-bytes", maxMessageBytes, in: Range.maxMessageBytes)

@@ -10,7 +10,7 @@ final class BrokerMetrics {
         repeating: Array(repeating: nil, count: 1 + ErrorCode.allCases.count), count: opNames.count)
     private static let opNames = [
         "hello", "heartbeat", "status", "bye", "query", "ping", "group", "ungroup", "advance", "history", "events",
-        "invalid",
+        "privacy", "contacts", "block", "invalid",
     ]
     private static let resultNames = ["ok"] + ErrorCode.allCases.map(\.rawValue)
     private static let resultIndex = Dictionary(
@@ -67,6 +67,9 @@ final class BrokerMetrics {
         case .advance: 8
         case .history: 9
         case .events: 10
+        case .privacy: 11
+        case .contacts: 12
+        case .block: 13
         }
     }
 

@@ -90,9 +90,11 @@ extension EventLoop {
                 // Only the topics this call added: one the connection already had has had its transitions live.
                 let added = Set(new)
                 for entry in missed where added.contains(.allPresence) || added.contains(.presence(entry.record.user)) {
+                    guard let shown = resumed(entry.record, to: id) else { continue }  // EventLoop+Privacy.swift
                     let topic = Topic.presence(entry.record.user).bytes
-                    deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeRecord(entry.record)), to: id)
+                    deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeRecord(shown)), to: id)
                 }
+                deliverHiddenViews(of: new, to: id)
             }
             let now = loopBeat.now
             for topic in new where topic != .allPresence {

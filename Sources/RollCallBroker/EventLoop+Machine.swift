@@ -26,6 +26,8 @@ extension EventLoop {
                 case .notice(let message, let metadata):
                     logger.info("\(message)", metadata: metadata.mapValues { .string($0) })
                 case .sessionSteps(let events): log(events)
+                case .publishViews(let record): publishRestricted(record, replay: true)
+                case .resendViews(let before): resendViews(since: before)
                 }
             }
             carrying.removeAll(keepingCapacity: true)

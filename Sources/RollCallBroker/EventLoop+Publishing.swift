@@ -10,14 +10,15 @@ extension EventLoop {
         enqueue(topic.bytes, .bytes(body))
     }
 
-    func enqueue(_ topic: [UInt8], _ body: PendingPublications.Body) {
+    /// `toGateway: false`: the WebSocket subscribers get their own views instead (EventLoop+Privacy.swift).
+    func enqueue(_ topic: [UInt8], _ body: PendingPublications.Body, toGateway: Bool = true) {
         publishedCount += 1
         switch topic.first {  // presence/, group/ or broker/
         case UInt8(ascii: "p"): metrics.published(.presence)
         case UInt8(ascii: "g"): metrics.published(.group)
         default: metrics.published(.broker)
         }
-        if !gateway.hasNoSubscribers { deliverToGateway(topic, body) }
+        if toGateway, !gateway.hasNoSubscribers { deliverToGateway(topic, body) }
         // The fast path: nothing waits, so order allows sending at once.
         if pending.isEmpty, transmit(topic, body) != .full { return }
         let now = clock.now()

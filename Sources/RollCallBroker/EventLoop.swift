@@ -87,6 +87,15 @@ final class EventLoop {
             let kept = try store.load()
             clock = BrokerClock(floor: kept.brokerTime, manual: configuration.testMode)
             core.restore(records: kept.records, groups: kept.groups, now: clock.now())
+            core.restorePrivacy(kept.privacy)
+            if core.hasPrivacySettings, configuration.curve?.authorizedKeys == nil,
+                configuration.webSocket.jwtKeyFile == nil, configuration.webSocket.jwtJwksURL == nil
+            {
+                // Without keys or tokens every peer is an operator and sees the truth (docs/privacy.md).
+                logger.warning(
+                    "privacy settings are kept but have no effect: no CURVE keys or WebSocket tokens are configured",
+                    metadata: ["users": "\(kept.privacy.count)"])
+            }
             logger.info(
                 "state restored",
                 metadata: [
@@ -259,7 +268,11 @@ final class EventLoop {
 
     /// Sends a record to its user's topic.
     func publish(_ record: PresenceRecord) {
-        send(Topic.presence(record.user), Codec.encodeRecord(record))
+        if machine.restricts(record.user) {
+            publishRestricted(record, replay: false)
+        } else {
+            send(Topic.presence(record.user), Codec.encodeRecord(record))
+        }
         recentRecords.append(record)
         if recentRecords.count > Self.recentLimit { recentRecords.removeFirst() }
     }
@@ -279,13 +292,15 @@ final class EventLoop {
         return StoreBatch(
             records: changes.records,
             groups: changes.groups,
-            deletedGroups: changes.deletedGroups, brokerTime: now)
+            deletedGroups: changes.deletedGroups, brokerTime: now, privacy: machine.core.takePrivacyChanges())
     }
 
     /// The whole state as one batch, for a store that starts empty.
     func everything(now: BrokerTime) -> StoreBatch {
         let all = machine.core.everything(now: now)
-        return StoreBatch(records: all.records, groups: all.groups, deletedGroups: [], brokerTime: now)
+        return StoreBatch(
+            records: all.records, groups: all.groups, deletedGroups: [], brokerTime: now,
+            privacy: machine.core.allPrivacySettings())
     }
 
     /// Sends a group message, split into parts of at most ``BrokerConfiguration/maxGroupMessageBytes`` when its

@@ -248,7 +248,9 @@ final class StoreWriter: Sendable {
         var groups: [GroupID: StoredGroup?] = [:]  // nil: deleted
         var time = batches[0].brokerTime
         var log: [LogEntry] = []
+        var privacy: [UserID: PrivacySettings] = [:]
         for batch in batches {
+            for settings in batch.privacy { privacy[settings.user] = settings }
             log += batch.log  // transitions are kept, all of them, in order
             for record in batch.records { records[record.user] = record }
             // Within a batch deletions win, as the store applies them after the upserts.
@@ -259,6 +261,7 @@ final class StoreWriter: Sendable {
         return StoreBatch(
             records: records.values.sorted { $0.user < $1.user },
             groups: groups.values.compactMap { $0 }.sorted { $0.group < $1.group },
-            deletedGroups: groups.filter { $0.value == nil }.keys.sorted(), brokerTime: time, log: log)
+            deletedGroups: groups.filter { $0.value == nil }.keys.sorted(), brokerTime: time, log: log,
+            privacy: privacy.values.sorted { $0.user < $1.user })
     }
 }

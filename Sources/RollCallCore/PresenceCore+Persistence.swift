@@ -21,7 +21,7 @@ extension PresenceCore {
     }
 
     /// Whether anything changed since ``takeChanges(now:)`` was last called.
-    public var hasChanges: Bool { !changedUsers.isEmpty || !changedGroups.isEmpty }
+    public var hasChanges: Bool { !changedUsers.isEmpty || !changedGroups.isEmpty || !changedPrivacy.isEmpty }
 
     /// The changes since the last call, as of `now`. A group's messages do not count as changes: its seq, like a
     /// user's, comes from the clock, so a restart continues above it without it being written each time.

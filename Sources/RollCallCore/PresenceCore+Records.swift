@@ -36,8 +36,10 @@ extension PresenceCore {
 
     /// The records of up to ``Configuration/maxQueryUsers`` users, each once, in the order first named. The users
     /// for whom `seesTruth` says yes get their ``trueRecord(of:now:)``, the others their public record.
+    /// With `viewer` (a `user` key or token), every other user is answered as that viewer sees them
+    /// (``view(of:for:now:)``, docs/privacy.md).
     public func query(
-        _ users: [UserID], now: BrokerTime, seesTruth: (UserID) -> Bool = { _ in false }
+        _ users: [UserID], now: BrokerTime, viewer: UserID? = nil, seesTruth: (UserID) -> Bool = { _ in false }
     ) -> Result<[PresenceRecord], PresenceError> {
         guard users.count <= configuration.maxQueryUsers else {
             return .failure(
@@ -46,7 +48,9 @@ extension PresenceCore {
         var seen = Set<UserID>()
         return .success(
             users.filter { seen.insert($0).inserted }.map {
-                seesTruth($0) ? trueRecord(of: $0, now: now) : record(of: $0, now: now)
+                if seesTruth($0) { return trueRecord(of: $0, now: now) }
+                if let viewer { return view(of: $0, for: viewer, now: now) }
+                return record(of: $0, now: now)
             })
     }
 

@@ -36,6 +36,8 @@ public struct PresenceCore: Sendable {
         public var maxGroups = 1_000_000
         /// Memberships over all groups.
         public var maxMemberships = 10_000_000
+        /// Contacts one user may list, and, separately, users one user may block (docs/privacy.md).
+        public var maxContacts = 5_000
 
         public init() {}
     }
@@ -89,6 +91,10 @@ public struct PresenceCore: Sendable {
     public internal(set) var logsTransitions = false
     var lastOffset: UInt64 = 0
     var transitions: [LogEntry] = []
+    /// Who may see whom (PresenceCore+Privacy.swift): only users whose settings differ from the defaults.
+    var privacy: [UserID: PrivacyState] = [:]
+    /// Users whose privacy settings changed since the store was last given them.
+    var changedPrivacy: Set<UserID> = []
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
@@ -133,7 +139,7 @@ public struct PresenceCore: Sendable {
     }
 
     /// Changes noted for the store and not yet taken.
-    public var pendingChangeCount: Int { changedUsers.count + changedGroups.count }
+    public var pendingChangeCount: Int { changedUsers.count + changedGroups.count + changedPrivacy.count }
 
     /// The expiry checks the core holds, those of ended sessions included: what the compaction bounds.
     public var expiryCheckCount: Int { expiries.count }

@@ -32,6 +32,8 @@ public enum Access: Equatable, Sendable {
 /// | `query`, `ping`, `history`, `group` that only reads | yes | yes | yes |
 /// | `events` (every user's transitions) | no | yes | yes |
 /// | `group` that edits, `ungroup`, `advance` | no | yes | no |
+/// | `privacy`, `block` for user X | X = U | yes | no |
+/// | `contacts` | no | yes | no |
 ///
 /// Pure: the caller says whose a session is.
 public enum Authorization {
@@ -69,6 +71,16 @@ public enum Authorization {
                 guard let user = owner(session), user != own else { return nil }
                 return forbidden(role, "\(request.op) on another user's session")
             }
+        case .privacy(let user, _, _), .block(let user, _):
+            // A user's own policy and blocks: the user's keys and tokens, or an operator (docs/privacy.md).
+            switch role {
+            case .operator: return nil
+            case .reader: return forbidden(role, request.op)
+            case .user(let own): return own == user ? nil : forbidden(role, "\(request.op) for \(user)")
+            }
+        case .contacts:
+            // The app's backend owns its social graph.
+            return role == .operator ? nil : forbidden(role, "contacts")
         case .group, .ungroup, .advance:
             return role == .operator ? nil : forbidden(role, request.op == "group" ? "editing a group" : request.op)
         }
@@ -94,8 +106,8 @@ public enum Authorization {
         let summary =
             switch role {
             case .user(let user):
-                "a key of user \(user) may say hello as \(user), touch \(user)'s sessions, and read (query, ping, "
-                    + "history, reading groups, exact topics)"
+                "a key of user \(user) may say hello as \(user), touch \(user)'s sessions, set \(user)'s privacy "
+                    + "and blocks, and read (query, ping, history, reading groups, exact topics)"
             case .reader: "a reader key may only read (query, ping, history, events, reading groups, any subscription)"
             case .operator: "an operator key may do everything"
             }

@@ -11,6 +11,7 @@ public final class MemoryStore: PresenceStore {
         var records: [UserID: PresenceRecord] = [:]
         var groups: [GroupID: (members: Set<UserID>, seq: UInt64)] = [:]
         var brokerTime: BrokerTime?
+        var privacy: [UserID: PrivacySettings] = [:]
     }
 
     private let contents = Mutex(Contents())
@@ -27,7 +28,8 @@ public final class MemoryStore: PresenceStore {
                     StoredGroup(group: $0.key, members: $0.value.members.sorted(), seq: $0.value.seq)
                 }
                 .sorted { $0.group < $1.group },
-                brokerTime: contents.brokerTime)
+                brokerTime: contents.brokerTime,
+                privacy: contents.privacy.values.sorted { $0.user < $1.user })
         }
     }
 
@@ -45,6 +47,7 @@ public final class MemoryStore: PresenceStore {
             for record in batch.records { contents.records[record.user] = record }
             for group in batch.groups { contents.groups[group.group] = (Set(group.members), group.seq) }
             for group in batch.deletedGroups { contents.groups[group] = nil }
+            for settings in batch.privacy { contents.privacy[settings.user] = settings.isEmpty ? nil : settings }
             contents.brokerTime = max(contents.brokerTime ?? batch.brokerTime, batch.brokerTime)
         }
     }

@@ -23,6 +23,7 @@ extension SQLiteStore {
             }
         }
         try loadGroups(db, into: &state)
+        try loadPrivacy(db, into: &state)
         if let value = try DatabaseValue.fetchOne(
             db, sql: "SELECT value FROM meta WHERE key = ?", arguments: [brokerTimeKey])
         {
@@ -62,7 +63,7 @@ extension SQLiteStore {
 
     /// A record from `user, status, text, since, last_seen, sessions, seq, reason` starting at column `first`, and
     /// `log_offset` after them when the row has it.
-    private static func record(from row: Row, first: Int = 0) throws(BadRow) -> PresenceRecord {
+    static func record(from row: Row, first: Int = 0) throws(BadRow) -> PresenceRecord {
         let user = try userID(row[first])
         guard let status = Status(rawValue: try text(row[first + 1])) else { throw BadRow() }
         let since = try optional(row[first + 3], integer).map(BrokerTime.init)
@@ -93,7 +94,7 @@ struct BadRow: Error {}
 
 // Strict readers: SQLite lets any column hold any type, so each value's storage class is checked, not converted.
 
-private func text(_ value: DatabaseValue) throws(BadRow) -> String {
+func text(_ value: DatabaseValue) throws(BadRow) -> String {
     guard case .string(let string) = value.storage else { throw BadRow() }
     return string
 }
@@ -112,7 +113,7 @@ private func optional<T>(_ value: DatabaseValue, _ read: (DatabaseValue) throws(
     value.isNull ? nil : try read(value)
 }
 
-private func userID(_ value: DatabaseValue) throws(BadRow) -> UserID {
+func userID(_ value: DatabaseValue) throws(BadRow) -> UserID {
     guard let id = UserID(validating: try text(value)) else { throw BadRow() }
     return id
 }

@@ -69,6 +69,38 @@ extension SQLiteStore {
                     """)
             try startLog(db, epoch: "")
         }
+        migrator.registerMigration("v3: privacy") { db in
+            // Who may see whom (docs/privacy.md). `privacy_lists.kind` is `contact` or `block`. `privacy_frozen`
+            // holds the records frozen for hidden viewers: `viewer` '' (never a valid user id) is the mask, what
+            // viewers hidden by the policy get; the other columns are a record's, as in `users`.
+            try db.execute(
+                sql: """
+                    CREATE TABLE privacy (
+                        user TEXT PRIMARY KEY,
+                        visibility TEXT NOT NULL,
+                        last_seen TEXT NOT NULL
+                    );
+                    CREATE TABLE privacy_lists (
+                        user TEXT NOT NULL REFERENCES privacy(user) ON DELETE CASCADE,
+                        kind TEXT NOT NULL,
+                        other TEXT NOT NULL,
+                        PRIMARY KEY (user, kind, other)
+                    );
+                    CREATE TABLE privacy_frozen (
+                        viewer TEXT NOT NULL,
+                        user TEXT NOT NULL REFERENCES privacy(user) ON DELETE CASCADE,
+                        status TEXT NOT NULL,
+                        text TEXT,
+                        since INTEGER,
+                        last_seen INTEGER,
+                        sessions INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        reason TEXT,
+                        log_offset INTEGER,
+                        PRIMARY KEY (user, viewer)
+                    );
+                    """)
+        }
         return migrator
     }()
 

@@ -24,6 +24,7 @@ extension SQLiteStore {
             try upsertUser.execute()
         }
         try appendLog(batch.log, to: db, path: path)
+        try writePrivacy(batch.privacy, to: db, path: path)
         try writeGroups(batch, to: db, path: path)
         try db.execute(
             sql: """

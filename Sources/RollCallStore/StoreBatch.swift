@@ -12,11 +12,15 @@ public struct StoreBatch: Sendable, Equatable {
     public var brokerTime: BrokerTime
     /// Appended to the presence log, in offset order (docs/history.md).
     public var log: [LogEntry]
+    /// Users' privacy settings, each replacing what is stored for that user; empty settings delete it
+    /// (docs/privacy.md).
+    public var privacy: [PrivacySettings]
 
     public init(
         records: [PresenceRecord] = [], groups: [StoredGroup] = [], deletedGroups: [GroupID] = [],
-        brokerTime: BrokerTime, log: [LogEntry] = []
+        brokerTime: BrokerTime, log: [LogEntry] = [], privacy: [PrivacySettings] = []
     ) {
+        self.privacy = privacy
         self.records = records
         self.groups = groups
         self.deletedGroups = deletedGroups
@@ -25,5 +29,7 @@ public struct StoreBatch: Sendable, Equatable {
     }
 
     /// A batch with no records and no group changes; writing it does nothing, not even store `brokerTime`.
-    public var isEmpty: Bool { records.isEmpty && groups.isEmpty && deletedGroups.isEmpty && log.isEmpty }
+    public var isEmpty: Bool {
+        records.isEmpty && groups.isEmpty && deletedGroups.isEmpty && log.isEmpty && privacy.isEmpty
+    }
 }

@@ -12,10 +12,14 @@ public struct StoredState: Sendable, Equatable {
     /// wrong type) and were left out, members of such a group included. They do not stop a restart: the broker
     /// should log the count. Always 0 for a ``MemoryStore``.
     public var skippedRows: Int
+    /// Users' privacy settings, sorted by user (docs/privacy.md).
+    public var privacy: [PrivacySettings]
 
     public init(
-        records: [PresenceRecord] = [], groups: [StoredGroup] = [], brokerTime: BrokerTime? = nil, skippedRows: Int = 0
+        records: [PresenceRecord] = [], groups: [StoredGroup] = [], brokerTime: BrokerTime? = nil, skippedRows: Int = 0,
+        privacy: [PrivacySettings] = []
     ) {
+        self.privacy = privacy
         self.records = records
         self.groups = groups
         self.brokerTime = brokerTime

@@ -107,6 +107,27 @@ extension Codec {
             }
             writer.key("limit")
             writer.integer(limit)
+        case .privacy(let user, let visibility, let lastSeen):
+            writer.key("user")
+            writer.string(user.rawValue)
+            for (name, value) in [("visibility", visibility), ("last_seen", lastSeen)] {
+                guard let value else { continue }
+                writer.key(name)
+                writer.string(value.rawValue)
+            }
+        case .contacts(let user, let edit), .block(let user, let edit):
+            writer.key("user")
+            writer.string(user.rawValue)
+            let (verb, list): (String, [UserID]) =
+                switch edit {
+                case .set(let names): ("set", names)
+                case .add(let names): ("add", names)
+                case .remove(let names): ("remove", names)
+                }
+            writer.key(verb)
+            writer.beginArray()
+            for name in list { writer.string(name.rawValue) }
+            writer.endArray()
         }
         writer.endObject()
         return writer.bytes

@@ -83,6 +83,14 @@ extension Codec {
             writer.bool(deleted)
         case .log(let page):
             write(page, into: &writer, budget: budget)
+        case .privacy(let policy):
+            writer.key("visibility")
+            writer.string(policy.visibility.rawValue)
+            writer.key("last_seen")
+            writer.string(policy.lastSeen.rawValue)
+        case .listCount(let name, let count):
+            writer.key(name)
+            writer.integer(count)
         }
     }
 

@@ -100,6 +100,8 @@ extension Codec {
                 })
         case "ungroup":
             return .ungroup(try fields.requiredGroup())
+        case "privacy", "contacts", "block":
+            return try decodePrivacyRequest(op, fields, limits: limits)
         case "advance":
             // Decoded always; a broker outside test mode answers it as an unknown op.
             guard let milliseconds = try fields.integer("ms") else {

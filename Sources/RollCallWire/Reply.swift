@@ -23,6 +23,10 @@ public enum Reply: Equatable, Sendable {
     /// `history` and `events`: a page of transitions, oldest first; `next` (the last one's offset) when more may
     /// follow; where the log stands now.
     case log(LogPage)
+    /// `privacy`: the policy now in force.
+    case privacy(PrivacyPolicy)
+    /// `contacts` and `block`: how many users the list holds now, under `name` (`contacts` or `blocks`).
+    case listCount(name: String, count: Int)
 }
 
 /// A page of the presence log, as `history` and `events` answer it.

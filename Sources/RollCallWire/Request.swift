@@ -20,6 +20,12 @@ public enum Request: Equatable, Sendable {
     case history(HistoryQuery)
     /// A page of every user's transitions after an offset: the feed a backend reads to catch up.
     case events(after: UInt64, logEpoch: String?, limit: Int)
+    /// Sets (or, with neither side, reads) a user's privacy policy (docs/privacy.md).
+    case privacy(user: UserID, visibility: Audience?, lastSeen: Audience?)
+    /// Edits a user's contacts: the viewers the user shares with.
+    case contacts(user: UserID, ListEdit)
+    /// Edits the users a user blocks (`add` or `remove`).
+    case block(user: UserID, ListEdit)
 
     /// The `op` that names the request on the wire.
     public var op: String {
@@ -36,6 +42,9 @@ public enum Request: Equatable, Sendable {
         case .queryAt: "query"
         case .history: "history"
         case .events: "events"
+        case .privacy: "privacy"
+        case .contacts: "contacts"
+        case .block: "block"
         }
     }
 

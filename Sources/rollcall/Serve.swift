@@ -118,6 +118,11 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: "Members of one group. Env: ROLLCALL_MAX_GROUP_SIZE. Default: \(defaults.presence.maxGroupSize).")
     var maxGroupSize: Int?
+    @Option(
+        help:
+            "Contacts one user may list, and users one may block. Env: ROLLCALL_MAX_CONTACTS. Default: \(defaults.presence.maxContacts)."
+    )
+    var maxContacts: Int?
 
     @Option(help: "Groups in the broker. Env: ROLLCALL_MAX_GROUPS. Default: \(defaults.presence.maxGroups).")
     var maxGroups: Int?
@@ -263,6 +268,7 @@ struct Serve: AsyncParsableCommand {
         c.presence.groupBatchMilliseconds = try setting(
             groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: c.presence.groupBatchMilliseconds)
         c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: c.presence.maxGroupSize)
+        c.presence.maxContacts = try setting(maxContacts, "ROLLCALL_MAX_CONTACTS", default: c.presence.maxContacts)
         c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: c.presence.maxGroups)
         c.presence.maxMemberships = try setting(
             maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: c.presence.maxMemberships)

@@ -37,16 +37,19 @@ struct SQLiteStoreTests {
         }
     }
 
-    /// The schema is that of migrations v1 and v2 (the presence log), and opening an up-to-date file again runs no migration twice.
+    /// The schema is that of migrations v1, v2 (the presence log) and v3 (privacy), and opening an up-to-date file
+    /// again runs no migration twice.
     @Test func schemaIsMigratedOnce() throws {
         try withTemporaryDirectory { directory in
             _ = try SQLiteStore(directory: directory)
             let store = try SQLiteStore(directory: directory)
-            #expect(try store.scalar("SELECT group_concat(identifier) FROM grdb_migrations") == "v1,v2: presence log")
+            let migrations = try store.scalar("SELECT group_concat(identifier) FROM grdb_migrations")
+            #expect(migrations == "v1,v2: presence log,v3: privacy")
             let tables = try store.scalar(
                 "SELECT group_concat(name) FROM (SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'grdb%' ORDER BY name)"
             )
-            #expect(tables == "groups,log,log_info,members,meta,users,webhook_cursors")
+            #expect(
+                tables == "groups,log,log_info,members,meta,privacy,privacy_frozen,privacy_lists,users,webhook_cursors")
         }
     }
 

@@ -26,6 +26,11 @@ struct BrokerMachine {
         case notice(String, [String: String])
         /// Sessions' steps, for the debug log (with ``logsSessionSteps``).
         case sessionSteps([PresenceCore.SessionEvent])
+        /// A user with privacy settings: publish the record on the update socket and give each WebSocket subscriber
+        /// its own view (a subscription's last value).
+        case publishViews(PresenceRecord)
+        /// A user's privacy changed: each WebSocket subscriber whose view differs from `before` gets its new view.
+        case resendViews(PrivacySnapshot)
     }
 
     /// What answering a request takes.
@@ -135,7 +140,12 @@ struct BrokerMachine {
                 access.seesTruth(about: user)
                     || connection.map { core.connection($0, carriesSessionOf: user) } == true
             }
-            return published.query(users, now: now, seesTruth: seesTruth).map { .query($0, positions: positions) }
+            // A user key or token reads others as its user may see them (docs/privacy.md).
+            var viewer: UserID?
+            if case .role(.user(let own)) = access { viewer = own }
+            return published.query(users, now: now, viewer: viewer, seesTruth: seesTruth).map {
+                .query($0, positions: positions)
+            }
         case .ping:
             return .success(
                 .ping(
@@ -152,6 +162,8 @@ struct BrokerMachine {
             // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
             // members.
             return editGroup(group, edit, after: after, now: now).map(Reply.group)
+        case .privacy, .contacts, .block:
+            return editPrivacy(request, now: now)
         case .ungroup(let group):
             if let refusal = clusterRefusal { return .failure(refusal) }
             let outcome = withPublished { $0.ungroup(group, now: now) }
@@ -225,7 +237,9 @@ struct BrokerMachine {
     /// What a new subscriber of `topic` gets at once (the current record or group aggregate) as effects.
     mutating func replay(_ topic: Topic, now: BrokerTime) {
         switch topic {
-        case .presence(let user): effects.append(.publish(published.record(of: user, now: now)))
+        case .presence(let user):
+            let record = published.record(of: user, now: now)
+            effects.append(published.restricts(user) ? .publishViews(record) : .publish(record))
         case .group(let group):
             effects.append(.publishGroup(withPublished { $0.groupHeader(of: group, now: now) }, at: now))
         case .broker, .allPresence: break

@@ -1,0 +1,38 @@
+import RollCallCore
+import RollCallWire
+
+/// `privacy`, `contacts` and `block` (docs/privacy.md): the core decides; the machine asks the loop to give each
+/// WebSocket subscriber of the user whose view changed its new view at once.
+extension BrokerMachine {
+    /// Whether `user`'s records may differ from one viewer to another. Asked on every publication: it reads the
+    /// core in place rather than through ``published``, which copies the core value.
+    func restricts(_ user: UserID) -> Bool {
+        if case .cluster(let side) = publishing { return side.view.restricts(user) }
+        return core.restricts(user)
+    }
+
+    mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
+        // The settings live in this node's core; a cluster would need them in etcd to hold on every node.
+        if case .cluster = publishing {
+            return .failure(
+                PresenceError(.unknownOp, "\(request.op) is not available on a node of a cluster (docs/privacy.md)"))
+        }
+        let result: Result<Reply, PresenceError>
+        let before: PrivacySnapshot
+        switch request {
+        case .privacy(let user, let visibility, let lastSeen):
+            before = core.privacySnapshot(of: user, now: now)
+            result = .success(.privacy(core.setPrivacy(user, visibility: visibility, lastSeen: lastSeen, now: now)))
+        case .contacts(let user, let edit):
+            before = core.privacySnapshot(of: user, now: now)
+            result = core.editContacts(user, edit, now: now).map { .listCount(name: "contacts", count: $0) }
+        case .block(let user, let edit):
+            before = core.privacySnapshot(of: user, now: now)
+            result = core.editBlocks(user, edit, now: now).map { .listCount(name: "blocks", count: $0) }
+        default:
+            return .failure(PresenceError(.badRequest, "\(request.op) is not a privacy request"))
+        }
+        if case .success = result { effects.append(.resendViews(before)) }
+        return result
+    }
+}
