@@ -34,7 +34,8 @@ extension StoreBatch {
 }
 
 extension EventLoop {
-    /// Takes the core's new transitions, keeping them for reads until the writer has written them.
+    /// Takes the core's new transitions, keeping them for reads until the writer has written them. The caller hands
+    /// them to the writer: taken and not written, they would be lost from the log.
     func takeTransitions() -> [LogEntry] {
         guard history != nil, machine.core.hasTransitions else { return [] }
         let entries = machine.core.takeTransitions()
@@ -76,9 +77,9 @@ extension EventLoop {
                     "this broker keeps no presence log (--history-retention-ms 0, --ephemeral, or a cluster node)"))
         }
         let now = clock.now()
-        // Everything published so far is in the file or in `unwritten`; `committed` is read before the file, so
-        // rows above it are taken from `unwritten` and a page has no hole.
-        _ = takeTransitions()
+        // Everything published so far is in the file or in `unwritten` (handed to the writer here, if this round's
+        // were not yet); `committed` is read before the file, so rows above it come from `unwritten`: no hole.
+        writeTransitions(now: now)
         let committed = writer.committedOffset
         do {
             switch request {
@@ -130,7 +131,7 @@ extension EventLoop {
             return .failure(
                 PresenceError(.noHistory, "this broker keeps no presence log, so a subscription cannot resume"))
         }
-        _ = takeTransitions()
+        writeTransitions(now: clock.now())
         let committed = writer.committedOffset
         let cap = HistoryQuery.maxLimit
         do {

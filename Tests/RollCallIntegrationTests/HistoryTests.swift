@@ -135,6 +135,30 @@ extension Integration {
             #expect(page.entries[2].offset > handedOut)
         }
 
+        /// A read of the log in the same loop round as the transitions it shows (pipelined requests) still leaves
+        /// them to be written: the file ends up holding every transition.
+        @Test func aReadInTheSameRoundLosesNothing() async throws {
+            let broker = try ServeProcess(extra: ["--test-mode"])
+            try broker.start()
+            defer { _ = broker.signal(SIGTERM) }
+            let context = try Context()
+            defer { context.terminate() }
+            let dealer = try rawSocket(.dealer, broker.command, context: context)
+            defer { dealer.close() }
+            let bodies = (0..<20).flatMap { index in
+                [#"{"op":"hello","user":"p\#(index)","ttl_ms":600000}"#, #"{"op":"events","after":0,"limit":1000}"#]
+            }
+            for body in bodies { try dealer.send(Array(body.utf8), wait: true) }
+            for _ in bodies { _ = try #require(try dealer.receive(timeout: 3_000), "a reply") }
+            let client = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 2_000)
+            let head = try #require(try client.ping().log?.offset)
+            let written = try PresenceLog(directory: broker.dataDirectory)
+            try await waitFor(seconds: 5) {
+                (try? written.events(after: 0, limit: 100))?.count == 20
+            }
+            #expect(try written.events(after: 0, limit: 100).last?.offset == head)
+        }
+
         /// Without a log (retention 0) every read of it is `no_history`, and `ping` reports no offset; bad reads are
         /// `bad_request` and change nothing.
         @Test func noLogAndBadReads() async throws {
