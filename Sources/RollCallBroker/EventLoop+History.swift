@@ -127,11 +127,13 @@ extension EventLoop {
     private func missedTransitions(of topics: [Topic], after: UInt64, logEpoch: String?) -> Result<
         [LogEntry], PresenceError
     > {
-        guard let history, let writer else {
+        guard self.history != nil, let writer else {
             return .failure(
                 PresenceError(.noHistory, "this broker keeps no presence log, so a subscription cannot resume"))
         }
+        // This round's transitions join `unwritten` first: a copy of the history taken before would miss them.
         writeTransitions(now: clock.now())
+        guard let history else { return .success([]) }
         let committed = writer.committedOffset
         let cap = HistoryQuery.maxLimit
         do {
