@@ -45,6 +45,9 @@ final class StoreWriter: Sendable {
 
     /// The least time between two writes' starts (the presence log's commits, docs/history.md).
     static let writeSpacing: Duration = .milliseconds(5)
+    /// The least time between two attempts while writes fail: a failing disk is retried once a second, however
+    /// often the loop hands over new changes (they wait in memory and go in the next attempt).
+    static let retrySpacing: Duration = .seconds(1)
 
     /// The most log entries one trimming transaction deletes: trimming a busy week never holds the file for long.
     static let trimBatch = 10_000
@@ -112,10 +115,20 @@ final class StoreWriter: Sendable {
             _ = work.wait(timeout: .now() + Self.checkInterval)
             // Transitions come every loop round: one commit per round would cost a write(2) each, on a core the
             // loop needs. What comes within the spacing of the last write goes in the next one.
-            let wait = lastWrite + Self.writeSpacing - ContinuousClock.now
-            if wait > .zero, !queue.withLock({ $0.finishing }) {
-                let (seconds, attoseconds) = wait.components
-                Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
+            if failed == nil {
+                let wait = lastWrite + Self.writeSpacing - ContinuousClock.now
+                if wait > .zero, !queue.withLock({ $0.finishing }) {
+                    let (seconds, attoseconds) = wait.components
+                    Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
+                }
+            } else {
+                // Woken by new changes or by finish(): only the latter cuts the pause short.
+                let retry = lastWrite + Self.retrySpacing
+                while case let wait = retry - ContinuousClock.now, wait > .zero, !queue.withLock({ $0.finishing }) {
+                    let (seconds, attoseconds) = wait.components
+                    let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
+                    _ = work.wait(timeout: .now() + .nanoseconds(nanoseconds))
+                }
             }
             let (batches, finishing) = queue.withLock { queue in
                 defer { queue.pending = [] }

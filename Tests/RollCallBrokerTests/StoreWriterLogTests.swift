@@ -17,12 +17,15 @@ struct StoreWriterLogTests {
         let failing = Atomic<Bool>(true)
         /// The log offsets of the last failed attempt.
         let lastFailed = Mutex<[UInt64]>([])
+        /// When each failed attempt was made.
+        let failedAt = Mutex<[ContinuousClock.Instant]>([])
         struct DiskFull: Error {}
         init(_ inner: SQLiteStore) { self.inner = inner }
         func load() throws -> StoredState { try inner.load() }
         func write(_ batch: StoreBatch) throws {
             if failing.load(ordering: .acquiring) {
                 lastFailed.withLock { $0 = batch.log.map(\.offset) }
+                failedAt.withLock { $0.append(.now) }
                 throw DiskFull()
             }
             try inner.write(batch)
@@ -71,6 +74,34 @@ struct StoreWriterLogTests {
         #expect(try log.state().epoch == epoch)
         #expect(writer.committedOffset == 31)
         #expect(writer.finish())
+    }
+
+    /// While the disk fails, the writer tries again once a second however often changes come (here every
+    /// millisecond): a full disk costs no CPU and no flood of log lines. What came meanwhile goes in the next attempt.
+    /// Stopping does not wait for the pause to end.
+    @Test func aFailingDiskIsRetriedOnceASecond() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = FailingStore(try SQLiteStore(directory: directory))
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let writer = StoreWriter(store: store, logger: logger, wakeLoop: {})
+        var offset: UInt64 = 0
+        let deadline = ContinuousClock.now + .seconds(10)
+        while store.failedAt.withLock({ $0.count }) < 3 {
+            guard ContinuousClock.now < deadline else { throw WaitFailure() }
+            offset += 1
+            writer.enqueue(StoreBatch(brokerTime: BrokerTime(milliseconds: 1), log: [entry(offset)]))
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        let attempts = store.failedAt.withLock { $0 }
+        for (earlier, later) in zip(attempts, attempts.dropFirst()) {
+            #expect(later - earlier >= .milliseconds(990))
+        }
+        // The last attempt carried everything enqueued before it, the first change included.
+        #expect(store.lastFailed.withLock { $0.first } == 1)
+        #expect(offset > 100)
+        #expect(!writer.finish())
     }
 
     /// Without a failure nothing starts over: every transition is written, in order, under the first epoch.
