@@ -20,9 +20,10 @@ public struct OperationsServer: Service {
     private let bound: BoundAddress
 
     /// An endpoint on `settings.endpoint` (port 0 for a free one, reported through `onBound`), with its header and
-    /// idle timeouts and its connection cap.
+    /// idle timeouts and its connection cap. `webhooks` reads the webhook URLs' delivery for the status page.
     public init(
         settings: OperationsSettings, broker: Broker, metrics: MetricsExporter, logger: Logger,
+        webhooks: @escaping @Sendable () -> [WebhookRow] = { [] },
         onBound: @escaping @Sendable (String, Int) -> Void = { _, _ in }
     ) throws(ConfigurationError) {
         let (host, port) = try settings.validated()
@@ -61,7 +62,7 @@ public struct OperationsServer: Service {
             guard let status = await broker.status() else {
                 return text(.serviceUnavailable, "the event loop did not answer")
             }
-            return json(StatusJSON.encode(status))
+            return json(StatusJSON.encode(status, webhooks: webhooks()))
         }
         router.get("/api/users/:user") { _, context -> Response in
             let text = context.parameters.get("user") ?? ""

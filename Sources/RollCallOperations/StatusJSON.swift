@@ -4,7 +4,7 @@ import RollCallWire
 
 /// The status page's JSON, written with the protocol's own writer; records are exactly as on the update socket.
 enum StatusJSON {
-    static func encode(_ status: BrokerStatus) -> [UInt8] {
+    static func encode(_ status: BrokerStatus, webhooks: [WebhookRow] = []) -> [UInt8] {
         var writer = JSONWriter()
         writer.beginObject()
         writer.key("broker")
@@ -26,8 +26,32 @@ enum StatusJSON {
         writer.beginArray()
         for record in status.recent { writer.raw(Codec.encodeRecord(record)) }
         writer.endArray()
+        writer.key("webhooks")
+        writer.beginArray()
+        for row in webhooks { encode(row, into: &writer) }
+        writer.endArray()
         writer.endObject()
         return writer.bytes
+    }
+
+    private static func encode(_ row: WebhookRow, into writer: inout JSONWriter) {
+        writer.beginObject()
+        writer.key("url")
+        writer.string(row.url)
+        writer.key("type")
+        writer.string(row.type)
+        writer.key("acknowledged")
+        writer.integer(Int64(row.acknowledged))
+        for (key, value) in [
+            ("pending", row.pending), ("delivered_batches", row.deliveredBatches),
+            ("skipped_batches", row.skippedBatches), ("failures", row.failures),
+        ] {
+            writer.key(key)
+            writer.integer(Int64(value))
+        }
+        writer.key("last_error")
+        if let error = row.lastError { writer.string(error) } else { writer.null() }
+        writer.endObject()
     }
 
     static func encode(_ view: UserView) -> [UInt8] {

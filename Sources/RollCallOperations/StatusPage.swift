@@ -42,6 +42,7 @@ enum StatusPage {
             <div class="tile"><small>groups</small><b id="groups">–</b></div>
           </div>
           <section><h2>Latest changes</h2><table id="recent"></table></section>
+          <section id="webhooks-section" hidden><h2>Webhooks</h2><table id="webhooks"></table></section>
           <section><h2>Look up a user</h2>
             <form id="lookup"><input id="user" placeholder="user id, such as alice" autocomplete="off">
             <button>Look up</button></form><div id="found"></div></section>
@@ -56,6 +57,21 @@ enum StatusPage {
           for (const [text, dot] of [[r.user, r.status], [r.status + (r.reason ? " (" + r.reason + ")" : ""), null],
                                      [r.text || "", null], [r.sessions + (r.sessions === 1 ? " session" : " sessions"), null],
                                      [when, null]]) {
+            const td = document.createElement("td");
+            if (dot) { const d = document.createElement("span"); d.className = "dot " + dot; td.appendChild(d); }
+            td.appendChild(document.createTextNode(text));
+            tr.appendChild(td);
+          }
+          return tr;
+        }
+        function webhook(w) {
+          const tr = document.createElement("tr");
+          const state = w.failures === 0 ? "ok" : "failing (" + w.failures + " attempts: " + (w.last_error || "") + ")";
+          for (const [text, dot] of [[w.url, w.failures === 0 ? "online" : "busy"], [w.type, null],
+                                     [w.pending.toLocaleString() + " pending", null],
+                                     ["after offset " + w.acknowledged, null],
+                                     [w.delivered_batches.toLocaleString() + " batches", null],
+                                     [w.skipped_batches ? w.skipped_batches + " skipped" : "", null], [state, null]]) {
             const td = document.createElement("td");
             if (dot) { const d = document.createElement("span"); d.className = "dot " + dot; td.appendChild(d); }
             td.appendChild(document.createTextNode(text));
@@ -79,6 +95,8 @@ enum StatusPage {
             last = s;
             const table = $("recent");
             table.replaceChildren(...s.recent.slice().reverse().map(row));
+            $("webhooks-section").hidden = s.webhooks.length === 0;
+            $("webhooks").replaceChildren(...s.webhooks.map(webhook));
           } catch (e) {
             $("error").textContent = "broker not answering: " + e.message;
           }

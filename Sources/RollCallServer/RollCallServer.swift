@@ -51,9 +51,15 @@ public final class RollCallServer: Sendable {
         let bound = BoundAddresses()
         self.bound = bound
         var services: [any Service] = []
+        let webhooks = try configuration.webhooks.map {
+            try wakeUp.start(
+                $0, broker: broker, writeInterval: configuration.broker.writeIntervalMilliseconds, logger: logger)
+        }
+        self.webhooks = webhooks
         if let settings = configuration.operations {
             let server = try OperationsServer(
-                settings: settings, broker: broker, metrics: metrics ?? MetricsExporter(), logger: logger
+                settings: settings, broker: broker, metrics: metrics ?? MetricsExporter(), logger: logger,
+                webhooks: { webhooks?.states.map(WebhookRow.init) ?? [] }
             ) { host, port in
                 let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
                 bound.state.withLock { $0.operations = address }
@@ -74,10 +80,6 @@ public final class RollCallServer: Sendable {
         if let source = verifier?.jwksSource { services.append(source) }
         if let webSocket { services.append(webSocket) }
         services.append(broker)
-        webhooks = try configuration.webhooks.map {
-            try wakeUp.start(
-                $0, broker: broker, writeInterval: configuration.broker.writeIntervalMilliseconds, logger: logger)
-        }
         if let webhooks { services.append(webhooks) }
         if let notifier = SystemdNotifier(environment: environment, broker: broker, logger: logger) {
             services.append(notifier)
@@ -164,4 +166,18 @@ public final class RollCallServer: Sendable {
 /// Where the door and the endpoint listen, once they do.
 private final class BoundAddresses: Sendable {
     let state = Mutex<(webSocket: String?, operations: String?)>((nil, nil))
+}
+
+extension WebhookRow {
+    init(_ state: WebhookDelivery.URLState) {
+        let type: String
+        switch state.stream {
+        case .changes: type = "presence.changed"
+        case .offlineFor: type = "presence.offline_for"
+        }
+        self.init(
+            url: state.url, type: type, acknowledged: state.acknowledged, pending: state.pending,
+            deliveredBatches: state.deliveredBatches, skippedBatches: state.skippedBatches, failures: state.failures,
+            lastError: state.lastError)
+    }
 }

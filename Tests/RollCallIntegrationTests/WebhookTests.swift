@@ -133,6 +133,67 @@ extension Integration {
             }
         }
 
+        /// The status page's data and /metrics show a URL that fails (its attempts, the last error, what waits)
+        /// and then recovers (acknowledged up to the newest offset, batches delivered, nothing failing).
+        @Test func statusPageAndMetricsFollowAURL() async throws {
+            let (path, secret) = try Self.secretFile()
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let receiver = try WebhookReceiver(secret: secret)
+            receiver.failing.store(true, ordering: .relaxed)
+            try await receiver.serve { url in
+                let data = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-\(UUID())").path
+                defer { try? FileManager.default.removeItem(atPath: data) }
+                let child = try ChildProcess(
+                    ChildProcess.rollcall,
+                    [
+                        "serve", "--data-dir", data, "--command-endpoint", "tcp://127.0.0.1:*", "--update-endpoint",
+                        "tcp://127.0.0.1:*", "--http-endpoint", "127.0.0.1:0", "--print-endpoints",
+                        "--webhook-url", url, "--webhook-secret-file", path, "--webhook-batch-ms", "10",
+                    ])
+                defer { child.terminate() }
+                let line = try child.waitForOutput(containing: #""http":"#)
+                let endpoints = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                let port = try #require(Int((endpoints["http"] as? String)?.split(separator: ":").last ?? ""))
+                let client = try CommandClient(endpoint: try #require(endpoints["command"] as? String))
+                func hook() throws -> [String: Any]? {
+                    let body = try httpGet(port: port, "/api/status").body
+                    let status = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]
+                    return (status?["webhooks"] as? [[String: Any]])?.first
+                }
+                func deliveries(_ result: String) throws -> Double {
+                    let samples = try parsePrometheus(httpGet(port: port, "/metrics").body)
+                    let labels = #"url="\#(url)",type="presence.changed",result="\#(result)""#
+                    return samples["rollcall_webhook_deliveries_total{\(labels)}"] ?? 0
+                }
+
+                _ = try client.hello(.init(user: "alice".id))
+                try await waitFor(seconds: 10) {
+                    let row = try? hook()
+                    return (row?["failures"] as? Int ?? 0) >= 1 && (row?["pending"] as? Int ?? 0) >= 1
+                }
+                let failing = try #require(try hook())
+                #expect(failing["url"] as? String == url)
+                #expect(failing["type"] as? String == "presence.changed")
+                #expect(failing["last_error"] as? String == "HTTP 503")
+                #expect(failing["delivered_batches"] as? Int == 0)
+                #expect(try deliveries("http_error") >= 1)
+                #expect(try deliveries("ok") == 0)
+
+                receiver.failing.store(false, ordering: .relaxed)
+                let newest = try #require(try client.events(after: 0).entries.last?.offset)
+                try await waitFor(seconds: 15) {
+                    let row = try? hook()
+                    return (row?["acknowledged"] as? NSNumber)?.uint64Value == newest && row?["failures"] as? Int == 0
+                }
+                let healthy = try #require(try hook())
+                #expect((healthy["delivered_batches"] as? Int ?? 0) >= 1)
+                #expect(receiver.deliveredOffsets.last == newest)
+                #expect(try deliveries("ok") >= 1)
+                let page = try httpGet(port: port, "/").body
+                #expect(page.contains("id=\"webhooks\""))
+            }
+        }
+
         /// With --webhook-offline-after-ms, a user who stays offline gets one presence.offline_for once the test
         /// clock passes the deadline; one who comes back within it gets none.
         @Test func offlineForOnTheTestClock() async throws {
