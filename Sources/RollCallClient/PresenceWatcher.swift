@@ -240,6 +240,8 @@ public final class PresenceWatcher: Sendable {
                             topic: Topic.broker.text)
                     }
                 }
+            case .resume:
+                break  // not in the ZeroMQ configuration: the XPUB keeps nothing per subscriber
             case .query(let users):
                 perform(machine.queried(query(users), now: 0), socket, &machine)
             case .deliver(let record):

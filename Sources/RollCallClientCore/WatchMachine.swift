@@ -24,6 +24,11 @@ import RollCallWire
 /// - **Unanswered subscriptions** (``Configuration/resubscribesUnanswered``, ZeroMQ with CURVE may drop one,
 ///   protocol §16.3): a followed topic whose current value has not come within 1 s is subscribed again, then after
 ///   2, 4 … up to 30 s.
+/// - **Resume** (``Configuration/resumes``, a WebSocket, docs/history.md): the machine keeps the highest `offset` of
+///   the records it received and the presence log they belong to (``logEpoch(_:)``, told from `ping`). A new
+///   connection resumes the users followed on the last one from there (``Action/resume(_:after:logEpoch:)``): the
+///   transitions missed meanwhile come in order instead of only the current records. A resume the broker refuses
+///   (``resumeRefused(_:now:)``) becomes a fresh subscription.
 public struct WatchMachine: Sendable {
     /// How the transport behaves, which decides a few of the rules.
     public struct Configuration: Sendable, Equatable {
@@ -39,11 +44,15 @@ public struct WatchMachine: Sendable {
         /// A group message's `changed` records that the seq rule drops are taken out of it (an app's store applies
         /// what it is handed); `false`: the message is handed whole (observers that want the batch as sent).
         public var filtersGroupRecords: Bool
+        /// A new connection resumes the users followed on the last one from the highest offset received (a
+        /// WebSocket's `subscribe` with `after`); `false`: it subscribes afresh (the XPUB keeps nothing per
+        /// subscriber).
+        public var resumes: Bool
 
         /// A WebSocket watcher: the machine manages the connection and always follows `broker/`.
         public static let webSocket = Configuration(
             managesConnection: true, resubscribesUnanswered: false, countsSubscriptions: false, followsBroker: true,
-            filtersGroupRecords: true)
+            filtersGroupRecords: true, resumes: true)
         /// A ZeroMQ SUB: libzmq reconnects and counts subscriptions, and a subscription may be lost with CURVE.
         public static let zeroMQ = Configuration(
             managesConnection: false, resubscribesUnanswered: true, countsSubscriptions: true, followsBroker: false,
@@ -52,8 +61,9 @@ public struct WatchMachine: Sendable {
         /// A configuration of each rule; ``webSocket`` and ``zeroMQ`` are the two transports'.
         public init(
             managesConnection: Bool, resubscribesUnanswered: Bool, countsSubscriptions: Bool, followsBroker: Bool,
-            filtersGroupRecords: Bool
+            filtersGroupRecords: Bool, resumes: Bool = false
         ) {
+            self.resumes = resumes
             self.managesConnection = managesConnection
             self.resubscribesUnanswered = resubscribesUnanswered
             self.countsSubscriptions = countsSubscriptions
@@ -103,6 +113,9 @@ public struct WatchMachine: Sendable {
         /// Ask again for these topics' current values: on ZeroMQ a subscribe and an unsubscribe of each (libzmq's
         /// count stays), on a WebSocket a `subscribe`.
         case resubscribe([Topic])
+        /// Subscribe to these presence topics with `after` and `log_epoch`: the transitions missed since come first,
+        /// in order, then the live ones (no current value). Report a refusal with ``resumeRefused(_:now:)``.
+        case resume([Topic], after: UInt64, logEpoch: String)
         /// `query` these users and report the answers with ``queried(_:now:)``.
         case query([UserID])
         /// Hand this record to the app.
@@ -136,6 +149,13 @@ public struct WatchMachine: Sendable {
     private var silent = false
     /// The app asked for a fresh connection (``reconnectNow(now:)``): the end of this one is followed at once.
     private var reconnectAtOnce = false
+    /// The presence log the broker keeps (`ping`'s `log_epoch`) and the highest offset received in it: where a new
+    /// connection resumes from (``Configuration/resumes``).
+    public private(set) var log: (epoch: String?, offset: UInt64?) = (nil, nil)
+    /// The highest offset received on this connection, before its log was told: the offsets of that log.
+    private var connectionOffset: UInt64?
+    /// The presence topics subscribed on this connection (or the last): those a new connection may resume.
+    private var carried: Set<Topic> = []
 
     /// A watcher at `now`. With ``Configuration/managesConnection`` it starts by connecting; `seed` makes the
     /// backoff's jitter repeatable in tests.
@@ -152,6 +172,7 @@ public struct WatchMachine: Sendable {
     public mutating func follow(_ topic: Topic, now: Int64) -> [Action] {
         followed[topic, default: 0] += 1
         guard case .connected = state else { return [] }
+        if case .presence = topic { carried.insert(topic) }
         expect(topic, now: now)
         return [.subscribe([topic])]
     }
@@ -163,6 +184,7 @@ public struct WatchMachine: Sendable {
         if last {
             followed[topic] = nil
             awaiting[topic] = nil
+            carried.remove(topic)
             if case .presence(let user) = topic { userSeqs[user] = nil }
             if case .group(let group) = topic { groupSeqs[group] = nil }
         } else {
@@ -201,8 +223,37 @@ public struct WatchMachine: Sendable {
         // A new connection's first heartbeat is awaited afresh: the silence of the last one is not this one's.
         liveness.restart(now: now)
         let topics = followed.keys.sorted { $0.text < $1.text }
-        for topic in topics { expect(topic, now: now) }
-        return topics.isEmpty ? [] : [.subscribe(topics)]
+        // The users followed on the last connection resume where it stopped; the rest bring their current values.
+        var actions: [Action] = []
+        var resumed: Set<Topic> = []
+        if configuration.resumes, let epoch = log.epoch, let after = log.offset {
+            let carriedOver = topics.filter { carried.contains($0) }
+            resumed = Set(carriedOver)
+            if !carriedOver.isEmpty { actions.append(.resume(carriedOver, after: after, logEpoch: epoch)) }
+        }
+        let fresh = topics.filter { !resumed.contains($0) }
+        carried = Set(topics.filter { if case .presence = $0 { true } else { false } })
+        connectionOffset = nil
+        for topic in fresh { expect(topic, now: now) }
+        if !fresh.isEmpty { actions.insert(.subscribe(fresh), at: 0) }
+        return actions
+    }
+
+    /// The broker of this connection keeps the presence log `epoch` (`ping`'s `log_epoch`; `nil`: it keeps none).
+    /// The offsets received are that log's: a log other than the last one starts the resume point over from them.
+    public mutating func logEpoch(_ epoch: String?) {
+        guard epoch != log.epoch else { return }
+        log = (epoch, epoch == nil ? nil : connectionOffset)
+    }
+
+    /// The broker refused a ``Action/resume(_:after:logEpoch:)`` of `topics` (`snapshot_required`: the log cannot
+    /// continue from there; `no_history`; or any other error): they are subscribed afresh, their current values
+    /// coming as for a new follower.
+    public mutating func resumeRefused(_ topics: [Topic], now: Int64) -> [Action] {
+        guard case .connected = state else { return [] }
+        let still = topics.filter { followed[$0] != nil }
+        for topic in still { expect(topic, now: now) }
+        return still.isEmpty ? [] : [.subscribe(still)]
     }
 
     /// Something came on the connection (a reply, an update): it works. The backoff starts over too, unless the
@@ -239,6 +290,10 @@ public struct WatchMachine: Sendable {
     /// A record arrived on `presence/<user>/`.
     public mutating func record(_ record: PresenceRecord, now: Int64) -> [Action] {
         answered()
+        if let offset = record.offset {
+            log.offset = max(log.offset ?? 0, offset)
+            connectionOffset = max(connectionOffset ?? 0, offset)
+        }
         let topic = Topic.presence(record.user)
         let current = awaiting.removeValue(forKey: topic) != nil
         return accept(record, current: current) ? [.deliver(record)] : []

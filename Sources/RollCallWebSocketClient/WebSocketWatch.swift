@@ -87,6 +87,10 @@ public final class WebSocketWatch: Sendable {
         var nextID: Int64 = 0
         /// The users each unanswered `query` asked for, by its id: a paged answer asks for the rest.
         var queries: [Int64: [UserID]] = [:]
+        /// The topics of each unanswered resume (`subscribe` with `after`), by its id: a refusal subscribes afresh.
+        var resumes: [Int64: [Topic]] = [:]
+        /// The id of this connection's `ping`, whose answer names the broker's presence log.
+        var ping: Int64?
         let start = ContinuousClock.now
 
         init(
@@ -124,12 +128,17 @@ public final class WebSocketWatch: Sendable {
                     return
                 case .opened(let from) where from == connection?.generation:
                     onEvent(.connected)
+                    nextID += 1
+                    ping = nextID
+                    send(String(decoding: Codec.encodeRequest(.ping, id: .number(String(nextID))), as: UTF8.self))
                     await perform(machine.connected(now: now))
                 case .frame(let from, let bytes) where from == connection?.generation:
                     await perform(received(bytes))
                 case .ended(let from, let code) where from == connection?.generation:
                     connection = nil
                     queries = [:]
+                    resumes = [:]
+                    ping = nil
                     let actions = machine.disconnected(now: now)
                     var retryIn: Int64 = 0
                     for case .reconnectAfter(let wait) in actions { retryIn = wait }
@@ -166,6 +175,13 @@ public final class WebSocketWatch: Sendable {
                     // larger than the broker's --max-message-bytes.
                     for start in stride(from: 0, to: topics.count, by: 100) {
                         send(Self.request("subscribe", Array(topics[start..<min(start + 100, topics.count)])))
+                    }
+                case .resume(let topics, let after, let logEpoch):
+                    for start in stride(from: 0, to: topics.count, by: 100) {
+                        let chunk = Array(topics[start..<min(start + 100, topics.count)])
+                        nextID += 1
+                        resumes[nextID] = chunk
+                        send(Self.request("subscribe", chunk, id: nextID, after: after, logEpoch: logEpoch))
                     }
                 case .unsubscribe(let topics): send(Self.request("unsubscribe", topics))
                 case .query(let users): query(users)
@@ -208,10 +224,22 @@ public final class WebSocketWatch: Sendable {
             return []
         }
 
-        /// A reply: a query's answers go to the machine (and the rest of a paged query is asked for).
+        /// A reply: a query's answers go to the machine (and the rest of a paged query is asked for); a resume's
+        /// refusal and the ping's presence log too.
         private func queryAnswered(_ fields: [JSONKey: JSON]) -> [WatchMachine.Action] {
             guard let idText = fields["id"].flatMap({ if case .number(let n) = $0 { n } else { nil } }),
-                let id = Int64(idText), let users = queries.removeValue(forKey: id),
+                let id = Int64(idText)
+            else { return [] }
+            if id == ping {
+                ping = nil
+                machine.logEpoch(fields["log_epoch"]?.string)
+                return []
+            }
+            if let topics = resumes.removeValue(forKey: id) {
+                // Refused (`snapshot_required`, `no_history`, or anything else): subscribed afresh instead.
+                return fields["ok"] == .bool(true) ? [] : machine.resumeRefused(topics, now: now)
+            }
+            guard let users = queries.removeValue(forKey: id),
                 case .bool(true)? = fields["ok"], let answers = try? Codec.decodeQuery(fields)
             else { return [] }
             if let next = try? Codec.decodeQueryNext(fields), next < users.count { query(Array(users[next...])) }
@@ -224,15 +252,28 @@ public final class WebSocketWatch: Sendable {
             return writer.bytes
         }
 
-        static func request(_ op: String, _ topics: [Topic]) -> String {
+        /// `{"op":…,"topics":[…]}`, with `id`, `after` and `log_epoch` for a resume.
+        static func request(
+            _ op: String, _ topics: [Topic], id: Int64? = nil, after: UInt64? = nil, logEpoch: String? = nil
+        ) -> String {
             var writer = JSONWriter()
             writer.beginObject()
             writer.key("op")
             writer.string(op)
+            if let id {
+                writer.key("id")
+                writer.integer(id)
+            }
             writer.key("topics")
             writer.beginArray()
             for topic in topics { writer.string(topic.text) }
             writer.endArray()
+            if let after, let logEpoch {
+                writer.key("after")
+                writer.integer(after)
+                writer.key("log_epoch")
+                writer.string(logEpoch)
+            }
             writer.endObject()
             return String(decoding: writer.bytes, as: UTF8.self)
         }
