@@ -260,7 +260,9 @@ let package = Package(
         ),
         .testTarget(
             name: "RollCallServerTests",
-            dependencies: ["RollCallBroker", "RollCallOperations", "RollCallServer", "RollCallWebhooks"]),
+            dependencies: [
+                "RollCallBroker", "RollCallOperations", "RollCallServer", "RollCallStore", "RollCallWebhooks",
+            ]),
         .testTarget(name: "RollCallClusterTests", dependencies: ["RollCallCluster", "RollCallTestSupport"]),
         .testTarget(
             name: "RollCallClientCoreTests", dependencies: ["RollCallClientCore", "RollCallCore", "RollCallWire"]),

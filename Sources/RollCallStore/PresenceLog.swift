@@ -104,15 +104,23 @@ public final class PresenceLog: Sendable {
 
     /// Keeps `offset` as the last one the webhook at `url` acknowledged.
     public func saveWebhookCursor(_ offset: UInt64, for url: String) throws {
-        let value = try storableInteger(offset, "a webhook cursor", path: path)
+        try saveWebhookCursors([(url, offset)])
+    }
+
+    /// Keeps each value under its key, in one transaction: a crash keeps all of them or none. A key keeps the
+    /// larger of its old and new values.
+    public func saveWebhookCursors(_ values: [(key: String, value: UInt64)]) throws {
+        let rows = try values.map { ($0.key, try storableInteger($0.value, "a webhook cursor", path: path)) }
         try SQLiteStore.sqlite(.write, path: path) {
             try database.write { db in
-                try db.execute(
-                    sql: """
-                        INSERT INTO webhook_cursors (url, log_offset) VALUES (?, ?)
-                        ON CONFLICT (url) DO UPDATE SET log_offset = max(log_offset, excluded.log_offset)
-                        """,
-                    arguments: [url, value])
+                for (key, value) in rows {
+                    try db.execute(
+                        sql: """
+                            INSERT INTO webhook_cursors (url, log_offset) VALUES (?, ?)
+                            ON CONFLICT (url) DO UPDATE SET log_offset = max(log_offset, excluded.log_offset)
+                            """,
+                        arguments: [key, value])
+                }
             }
         }
     }

@@ -83,15 +83,20 @@ public struct DeliveryMachine<Instant: InstantProtocol>: Sendable where Instant.
     private var state = State.idle
     /// Entries read and not yet in a batch, in offset order, at most ``DeliveryPolicy/batchMax``.
     private var buffer: [Pending] = []
-    /// The last offset of the batch that was in flight when the broker stopped: the first batch ends there.
-    private var resumeThrough: UInt64?
+    /// The batch that was in flight when the broker stopped: the first batch ends at `through`; it was first sent
+    /// at `since` (Unix seconds), `retried` ago.
+    private var resume: (through: UInt64, since: Int64?, retried: Duration)?
 
-    /// A machine that starts after `cursor` (a batch in flight at the last stop is cut again with the same bounds).
-    public init(policy: DeliveryPolicy, cursor: WebhookCursor) {
+    /// A machine that starts after `cursor`. A batch in flight at the last stop is cut again with the same bounds,
+    /// and its retry window goes on: `retriedFor` is how long ago it was first sent (from the cursor's
+    /// ``WebhookCursor/unacknowledgedSince``, on the wall clock).
+    public init(policy: DeliveryPolicy, cursor: WebhookCursor, retriedFor: Duration = .zero) {
         self.policy = policy
         acknowledged = cursor.acknowledged
         readThrough = cursor.acknowledged
-        resumeThrough = cursor.unacknowledgedThrough.flatMap { $0 > cursor.acknowledged ? $0 : nil }
+        if let through = cursor.unacknowledgedThrough, through > cursor.acknowledged {
+            resume = (through, cursor.unacknowledgedSince, max(retriedFor, .zero))
+        }
     }
 
     /// How many entries the next read may take: the buffer holds one batch at most beside the one in flight.
@@ -128,10 +133,10 @@ public struct DeliveryMachine<Instant: InstantProtocol>: Sendable where Instant.
             return .send(batch, save: nil)
         case .idle:
             guard let first = buffer.first else { return .wait(until: nil) }
-            if let through = resumeThrough {
-                resumeThrough = nil
-                let count = buffer.prefix { $0.entry.offset <= through }.count
-                if count > 0 { return cut(count, now: now) }
+            if let resume {
+                self.resume = nil
+                let count = buffer.prefix { $0.entry.offset <= resume.through }.count
+                if count > 0 { return cut(count, now: now, resuming: resume) }
             }
             let due = first.arrived.advanced(by: policy.batchWindow)
             guard buffer.count >= policy.batchMax || now >= due else { return .wait(until: due) }
@@ -176,11 +181,19 @@ public struct DeliveryMachine<Instant: InstantProtocol>: Sendable where Instant.
         return base * fraction
     }
 
-    private mutating func cut(_ count: Int, now: Instant) -> Action {
+    /// Makes the first `count` entries of the buffer the batch in flight. `resuming`: the batch in flight at the
+    /// last stop, whose retry window counts from its first attempt then (the saved cursor keeps that time).
+    private mutating func cut(
+        _ count: Int, now: Instant, resuming: (through: UInt64, since: Int64?, retried: Duration)? = nil
+    ) -> Action {
         let batch = Batch(
-            entries: buffer.prefix(count).map(\.entry), attempts: 1, firstAttempt: now, idPrefix: policy.idPrefix)
+            entries: buffer.prefix(count).map(\.entry), attempts: 1,
+            firstAttempt: now.advanced(by: .zero - (resuming?.retried ?? .zero)), idPrefix: policy.idPrefix)
         buffer.removeFirst(count)
         state = .inFlight(batch)
-        return .send(batch, save: WebhookCursor(acknowledged: acknowledged, unacknowledgedThrough: batch.last))
+        return .send(
+            batch,
+            save: WebhookCursor(
+                acknowledged: acknowledged, unacknowledgedThrough: batch.last, unacknowledgedSince: resuming?.since))
     }
 }

@@ -117,7 +117,8 @@ public final class WebhookDelivery: Service, Sendable {
         }
         let poll = Duration.milliseconds(configuration.settings.batchMilliseconds)
         guard let cursor = await startingCursor(url, logger: logger) else { return }
-        var machine = DeliveryMachine<ContinuousClock.Instant>(policy: policy, cursor: cursor)
+        let retried = cursor.unacknowledgedSince.map { Duration.seconds(max(0, unixSeconds() - $0)) } ?? .zero
+        var machine = DeliveryMachine<ContinuousClock.Instant>(policy: policy, cursor: cursor, retriedFor: retried)
         url.update { $0.acknowledged = cursor.acknowledged }
         var nextCount = ContinuousClock.now
         var readFailing = false
@@ -145,7 +146,11 @@ public final class WebhookDelivery: Service, Sendable {
             case .wait(let until):
                 let deadline = min(until ?? .now + poll, .now + poll)
                 await url.wake.wait(until: deadline)
-            case .send(let batch, let save):
+            case .send(let batch, var save):
+                // A batch sent for the first time: its retry window starts now, on the wall clock, across restarts.
+                if save?.unacknowledgedThrough != nil, save?.unacknowledgedSince == nil {
+                    save?.unacknowledgedSince = unixSeconds()
+                }
                 if let save { self.save(save, url, logger: logger) }
                 let result = await post(batch, to: url, client: client, logger: logger)
                 url.metrics.count(result)

@@ -24,10 +24,13 @@ public struct WebhookCursor: Equatable, Sendable {
     /// The offset of the last entry of the batch sent and not yet acknowledged, if any. After a restart that batch
     /// is sent again with the same bounds, and so with the same `webhook-id`.
     public var unacknowledgedThrough: UInt64?
+    /// When that batch was first sent, in Unix seconds: its retry window counts from there, across restarts.
+    public var unacknowledgedSince: Int64?
 
-    public init(acknowledged: UInt64, unacknowledgedThrough: UInt64? = nil) {
+    public init(acknowledged: UInt64, unacknowledgedThrough: UInt64? = nil, unacknowledgedSince: Int64? = nil) {
         self.acknowledged = acknowledged
         self.unacknowledgedThrough = unacknowledgedThrough
+        self.unacknowledgedSince = unacknowledgedSince
     }
 }
 

@@ -170,4 +170,45 @@ import Testing
         _ = machine.acknowledged(now: Self.at(1))
         #expect(machine.next(now: Self.at(1)) == .wait(until: Self.at(50)))
     }
+
+    /// A batch in flight at a restart keeps its retry window: retried for 59 minutes of a one-hour window before the
+    /// stop, it is skipped at the first failure a minute after the restart, not retried for another hour. The
+    /// cursor saved for it keeps the time of its first attempt.
+    @Test func aResumedBatchKeepsItsRetryWindow() throws {
+        let policy = DeliveryPolicy(batchMax: 100, batchWindow: .milliseconds(50), retryWindow: .seconds(3600))
+        let cursor = WebhookCursor(acknowledged: 10, unacknowledgedThrough: 30, unacknowledgedSince: 1_000_000)
+        var machine = Machine(policy: policy, cursor: cursor, retriedFor: .seconds(59 * 60))
+        machine.received([entry(20), entry(30), entry(40)], now: Self.at(0))
+        let resumed = try #require(Self.sent(machine.next(now: Self.at(0))))
+        #expect(resumed.batch.id == "msg_20_30")
+        #expect(resumed.save?.unacknowledgedSince == 1_000_000, "the first attempt's time, not the restart's")
+        guard case .retry = machine.failed(now: Self.at(1_000), jitter: 0) else {
+            Issue.record("skipped before the window was over")
+            return
+        }
+        _ = try #require(Self.sent(machine.next(now: Self.at(60_000))))
+        guard case .skipped(let skipped, let save) = machine.failed(now: Self.at(60_000), jitter: 0) else {
+            Issue.record("not skipped at the end of the window")
+            return
+        }
+        #expect(skipped.id == "msg_20_30")
+        #expect(save == WebhookCursor(acknowledged: 30))
+        // The next batch is new: its first attempt's time is the shell's to stamp.
+        let next = try #require(Self.sent(machine.next(now: Self.at(60_050))))
+        #expect(next.save == WebhookCursor(acknowledged: 30, unacknowledgedThrough: 40))
+    }
+
+    /// A cursor with no batch in flight (acknowledged through its bounds) resumes nothing, whatever time it keeps.
+    @Test func anAcknowledgedBatchIsNotResumed() throws {
+        let cursor = WebhookCursor(acknowledged: 30, unacknowledgedThrough: 30, unacknowledgedSince: 5)
+        var machine = Machine(policy: Self.policy, cursor: cursor, retriedFor: .seconds(100 * 3600))
+        machine.received([entry(40)], now: Self.at(0))
+        #expect(machine.next(now: Self.at(0)) == .wait(until: Self.at(50)))
+        let batch = try #require(Self.sent(machine.next(now: Self.at(50))))
+        guard case .retry = machine.failed(now: Self.at(60), jitter: 0) else {
+            Issue.record("a new batch was skipped at once")
+            return
+        }
+        #expect(batch.batch.id == "msg_40_40")
+    }
 }
