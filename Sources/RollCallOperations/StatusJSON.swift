@@ -44,7 +44,7 @@ enum StatusJSON {
         writer.integer(Int64(row.acknowledged))
         for (key, value) in [
             ("pending", row.pending), ("delivered_batches", row.deliveredBatches),
-            ("skipped_batches", row.skippedBatches), ("failures", row.failures),
+            ("skipped_batches", row.skippedBatches), ("trimmed_gaps", row.trimmedGaps), ("failures", row.failures),
         ] {
             writer.key(key)
             writer.integer(Int64(value))

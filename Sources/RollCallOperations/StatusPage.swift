@@ -71,7 +71,9 @@ enum StatusPage {
                                      [w.pending.toLocaleString() + " pending", null],
                                      ["after offset " + w.acknowledged, null],
                                      [w.delivered_batches.toLocaleString() + " batches", null],
-                                     [w.skipped_batches ? w.skipped_batches + " skipped" : "", null], [state, null]]) {
+                                     [w.skipped_batches ? w.skipped_batches + " skipped" : "", null],
+                                     [w.trimmed_gaps ? w.trimmed_gaps + " trimmed before delivery" : "", null],
+                                     [state, null]]) {
             const td = document.createElement("td");
             if (dot) { const d = document.createElement("span"); d.className = "dot " + dot; td.appendChild(d); }
             td.appendChild(document.createTextNode(text));

@@ -10,14 +10,17 @@ public struct WebhookRow: Equatable, Sendable {
     public var pending: Int
     public var deliveredBatches: Int
     public var skippedBatches: Int
+    /// Times retention trimmed entries the URL had not received.
+    public var trimmedGaps: Int
     /// Failed attempts of the batch in flight: 0 while the URL is healthy.
     public var failures: Int
     public var lastError: String?
 
     public init(
         url: String, type: String, acknowledged: UInt64, pending: Int, deliveredBatches: Int, skippedBatches: Int,
-        failures: Int, lastError: String?
+        trimmedGaps: Int = 0, failures: Int, lastError: String?
     ) {
+        self.trimmedGaps = trimmedGaps
         self.url = url
         self.type = type
         self.acknowledged = acknowledged

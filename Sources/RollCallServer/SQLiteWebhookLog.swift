@@ -20,6 +20,8 @@ struct SQLiteWebhookLog: WebhookEventSource, WebhookCursorStore {
 
     func count(after: UInt64) throws -> Int { try log.count(after: after) }
 
+    func trimmedThrough() throws -> UInt64 { try log.state().trimmedThrough }
+
     func cursor(for url: String) throws -> WebhookCursor? {
         guard let acknowledged = try log.webhookCursor(for: url) else { return nil }
         return WebhookCursor(

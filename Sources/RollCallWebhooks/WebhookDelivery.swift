@@ -122,7 +122,19 @@ public final class WebhookDelivery: Service, Sendable {
         url.update { $0.acknowledged = cursor.acknowledged }
         var nextCount = ContinuousClock.now
         var readFailing = false
+        /// The trimmed offset last reported: each gap is reported once.
+        var reportedTrim: UInt64 = 0
+        var nextTrimCheck = ContinuousClock.now
         while !isStopping {
+            // Before the read: entries trimmed after the last one read were never read (a trim after the read is
+            // seen by the next check, past what was read by then).
+            if url.stream == .changes, ContinuousClock.now >= nextTrimCheck {
+                nextTrimCheck = .now + .seconds(1)
+                if let trimmed = try? source.trimmedThrough(), trimmed > max(machine.readThrough, reportedTrim) {
+                    reportedTrim = trimmed
+                    reportTrimmed(after: machine.readThrough, through: trimmed, url, logger: logger)
+                }
+            }
             if machine.room > 0 {
                 do {
                     let entries = try source.events(after: machine.readThrough, limit: machine.room)
@@ -193,6 +205,23 @@ public final class WebhookDelivery: Service, Sendable {
                 }
             }
         }
+    }
+
+    /// Retention trimmed entries after `after` that the URL had not been sent: they are gone (the log keeps each
+    /// user's latest entry, the rest up to `through` may be missing). Logged at `error`, counted, and shown on the
+    /// status page; delivery goes on with what is left.
+    private func reportTrimmed(after: UInt64, through: UInt64, _ url: URLDelivery, logger: Logger) {
+        url.metrics.trimmedGaps.increment()
+        url.update {
+            $0.trimmedGaps += 1
+            $0.lastError = "entries after offset \(after) through \(through) trimmed before delivery"
+        }
+        logger.error(
+            """
+            webhook: retention trimmed entries this URL had not received; transitions after the offset may be lost \
+            to it (keep --history-retention-ms longer than --webhook-retry-hours)
+            """,
+            metadata: ["after": "\(after)", "trimmed_through": "\(through)"])
     }
 
     /// The saved cursor, else the log's newest offset, saved at once (so that a restart does not skip what came in
@@ -293,6 +322,8 @@ extension WebhookDelivery {
         public var pending = 0
         public var deliveredBatches = 0
         public var skippedBatches = 0
+        /// Times retention trimmed entries the URL had not received.
+        public var trimmedGaps = 0
         /// Failed attempts of the current batch.
         public var failures = 0
         public var lastError: String?

@@ -14,6 +14,14 @@ public protocol WebhookEventSource: Sendable {
     /// How many entries have an offset greater than `after`: the pending-events gauge. Read at most once a second
     /// per URL; it may be an estimate.
     func count(after: UInt64) throws -> Int
+    /// Entries at or below this offset may have been trimmed by retention: a URL whose cursor is below it may have
+    /// missed some (reported, not silent). Read at most once a second per URL; 0 if nothing is ever trimmed.
+    func trimmedThrough() throws -> UInt64
+}
+
+extension WebhookEventSource {
+    /// Nothing is trimmed: a source that keeps everything (tests, `presence.offline_for`'s decisions).
+    public func trimmedThrough() throws -> UInt64 { 0 }
 }
 
 /// A URL's place in the log: what it acknowledged, and the bounds of the batch sent and not yet acknowledged.

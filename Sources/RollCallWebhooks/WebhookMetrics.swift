@@ -23,6 +23,9 @@ struct WebhookMetrics: Sendable {
     private let results: [Result: Counter]
     /// The time from a POST's start to its answer (or failure).
     let latency: Timer
+    /// Times retention trimmed entries the URL had not received yet (docs/webhooks.md: keep retention longer than
+    /// the retry window).
+    let trimmedGaps: Counter
 
     /// `type` is the stream's: `presence.changed` or `presence.offline_for`.
     init(url: String, type: String) {
@@ -37,6 +40,7 @@ struct WebhookMetrics: Sendable {
                 )
             })
         latency = Timer(label: "rollcall_webhook_delivery_seconds", dimensions: [("url", url), ("type", type)])
+        trimmedGaps = Counter(label: "rollcall_webhook_trimmed_gaps_total", dimensions: [("url", url), ("type", type)])
     }
 
     func count(_ result: Result) { results[result]?.increment() }

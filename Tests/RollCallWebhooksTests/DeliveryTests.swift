@@ -72,6 +72,36 @@ import Testing
         #expect(backoff >= .milliseconds(500))
     }
 
+    /// Retention trimmed entries a URL had not received (its cursor is below what was trimmed): the gap is reported
+    /// once (counted, on the URL's state with the offsets), and what is left is delivered in order.
+    @Test func aGapTrimmedBeforeDeliveryIsReported() async throws {
+        let receiver = Receiver(secret: Self.secret, answers: [])
+        let log = ArrayLog(50...52)
+        log.trimmed.store(49, ordering: .relaxed)
+        let cursors = MemoryCursorStore()
+        try await receiver.serve { url in
+            cursors.save(WebhookCursor(acknowledged: 10), for: url)
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
+                try await waitUntil("the rest delivered", within: .seconds(10)) {
+                    cursors.cursor(for: url)?.acknowledged == 52
+                }
+                try await waitUntil("the gap reported", within: .seconds(10)) {
+                    delivery.states.first?.trimmedGaps == 1
+                }
+                let state = try #require(delivery.states.first)
+                #expect(state.lastError == "entries after offset 10 through 49 trimmed before delivery")
+                // Delivered since: nothing more to report however often the count comes round.
+                log.append(53...54)
+                delivery.notify()
+                try await waitUntil("the next entries", within: .seconds(10)) {
+                    cursors.cursor(for: url)?.acknowledged == 54
+                }
+                #expect(delivery.states.first?.trimmedGaps == 1)
+            }
+        }
+        #expect(receiver.deliveries.flatMap(\.offsets) == [50, 51, 52, 53, 54])
+    }
+
     /// A receiver that is down (connections refused) for a while gets everything once it is up, in offset order,
     /// each entry acknowledged once, in batches of at most the maximum.
     @Test func receiverDownForAWhile() async throws {

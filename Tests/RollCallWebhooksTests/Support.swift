@@ -32,4 +32,9 @@ final class ArrayLog: WebhookEventSource {
     func latestOffset() -> UInt64 { entries.withLock { $0.last?.offset ?? 0 } }
 
     func count(after: UInt64) -> Int { entries.withLock { $0.count { $0.offset > after } } }
+
+    /// What the test says retention trimmed.
+    let trimmed = Atomic<UInt64>(0)
+
+    func trimmedThrough() -> UInt64 { trimmed.load(ordering: .relaxed) }
 }
