@@ -152,6 +152,22 @@ extension BrokerMachine {
         }
     }
 
+    /// etcd refused a write for good, for another reason than the node's lease (a lease found gone is not a
+    /// refusal: the node joins again and writes its sessions under the new one). A session whose put was refused
+    /// would live on this node and nowhere else, with a change this node acknowledged and the cluster never saw: it
+    /// ends here too, as `node_lost` (its end is written, and its client learns it from `unknown_session` on its next
+    /// request, then says hello again, here or on another node).
+    mutating func clusterWriteFailed(_ write: ClusterNode.Write, now: BrokerTime) {
+        guard case .putSession(let number, _, _) = write,
+            let found = withCluster({ side in side.numbers.first { String($0.value) == number }?.key }),
+            let session = found
+        else { return }
+        // A node's core publishes nothing: the end goes to etcd and is published when it comes back.
+        _ = core.end(session: session, reason: .nodeLost, now: now)
+        effects.append(.warning("a session ended: etcd refused its change", ["session": "\(number)"]))
+        noteSessionEvents(now: now)
+    }
+
     /// Writes to etcd what this node's sessions did: a session opened or changed is put (under the node's lease),
     /// one that ended is deleted with its user's key saying why.
     mutating func writeSessionEvents(_ events: [PresenceCore.SessionEvent], now: BrokerTime) {
