@@ -323,6 +323,33 @@ extension Integration {
             #expect(try cluster.client(0).query([carol])[carol]?.status != .busy)
         }
 
+        /// Issue #21, honest under partition: a change acknowledged inside the window is written when etcd answers,
+        /// even if the node's lease ran out first: the session ends everywhere (node_lost) with the lease, and comes
+        /// back with the acknowledged change when the node joins again under a new lease.
+        @Test func aChangeAcknowledgedInTheWindowIsWrittenAfterAll() throws {
+            // Node c talks to member 2 only. A 6 s lease: c serves until at least 2 s after its member stops.
+            let cluster = try ClusterFixture(leaseMs: 6_000) { $0 == 2 ? [2] : [0, 1] }
+            let log = try cluster.subscriber(0, carol)
+            let c = try cluster.client(2)
+            let session = try c.hello(hello(carol)).session
+            try log.wait(for: "carol online") { $0.status == .online }
+
+            let paused = ContinuousClock.now
+            cluster.etcd.pause(2)
+            try c.setStatus(session, .busy, text: "acknowledged")
+            let acknowledged = ContinuousClock.now - paused
+            #expect(acknowledged < .seconds(2))
+            let lost = try log.wait(for: "carol lost with node c's lease", timeout: 15_000) { $0.reason == .nodeLost }
+            cluster.etcd.resume(2)
+            let busy = try log.wait(for: "carol's acknowledged change", timeout: 15_000) {
+                $0.status == .busy && $0.text == "acknowledged"
+            }
+            #expect(busy.record.seq > lost.record.seq)
+            print(
+                "cluster: a status acknowledged \(acknowledged) after c's member stopped reached node a "
+                    + "\(busy.at - paused) after the stop, under c's new lease")
+        }
+
         /// A node cut off from etcd (its only etcd member SIGSTOPped) says so, refuses new sessions and reads with
         /// cluster_unavailable, and serves again once etcd answers, without a restart; nobody ends meanwhile.
         @Test func aCutOffNodeSaysSoAndComesBack() throws {
