@@ -102,6 +102,21 @@ import Testing
         #expect(!membership.window.accepts(nowMs: 8_050))
     }
 
+    /// A renewal that fails while the node is live is tried again after the retry pause, not a third of the lease
+    /// later, so that one lost keep-alive does not close the window.
+    @Test func aFailedRenewalIsRetriedBeforeTheWindowCloses() {
+        var membership = joined()
+        #expect(membership.handle(.tick(nowMs: 2_050)) == [.keepAlive(lease: 7)])
+        #expect(membership.handle(.callFailed(nowMs: 2_050)).isEmpty)
+        #expect(membership.nextDeadlineMs == 3_050)
+        #expect(membership.handle(.tick(nowMs: 3_049)).isEmpty)
+        #expect(membership.handle(.tick(nowMs: 3_050)).contains(.keepAlive(lease: 7)))
+        _ = membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: 3_050))
+        #expect(!membership.handle(.tick(nowMs: 4_050)).contains(.report(.cutOff(lease: 7, sinceMs: 4_050))))
+        #expect(membership.window.accepts(nowMs: 7_049))
+        #expect(!membership.window.accepts(nowMs: 7_050))
+    }
+
     /// Only renewals move the window: the node's writes (a probe, a session's change) show that etcd had the lease
     /// then, not that it will keep it; the join counts from the grant, not from the snapshot.
     @Test func writesAndTheJoinDoNotRenew() {

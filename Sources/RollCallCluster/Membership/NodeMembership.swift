@@ -179,6 +179,9 @@ public struct NodeMembership: Sendable {
             return enter(.joining(attempt: 0)) + [.grantLease]
         case (.callFailed(let now), .live(let lease)):
             busy = false
+            // Try again soon rather than a third of the lease later: a renewal that gets through before the window
+            // closes keeps the node serving without a gap.
+            nextDeadlineMs = min(nextDeadlineMs ?? now, now + configuration.retryMs)
             if now - lastRenewalSentMs >= configuration.cutOffAfterMs {
                 return enter(.cutOff(lease: lease, sinceMs: now))
             }
