@@ -11,7 +11,8 @@ struct ClusterSide {
     var view: PresenceCore
     /// The node's state as last reported.
     var state: NodeMembership.State = .joining(attempt: 0)
-    /// Whether the node may take new sessions now (``ClusterNode/acceptsSessions``), as the loop last read it.
+    /// Whether the node is inside its window now (``ClusterNode/acceptsSessions``, decided by
+    /// ``NodeMembership/Window``), as the loop read it before this round's requests.
     var acceptsSessions = false
     /// The cluster's `seq` base, once the node has joined (``ClusterReplica/seq(at:)``).
     var seqBase: UInt64?
@@ -192,8 +193,8 @@ extension BrokerMachine {
 }
 
 extension ClusterStanding.State {
-    /// What a node's membership means to clients: a node that is live but has not heard from etcd for two thirds of
-    /// its lease is already cut off for them.
+    /// What a node's membership means to clients: a node that is live but outside its window (no renewal answered
+    /// for two thirds of its lease) is already cut off for them.
     init(_ state: NodeMembership.State, acceptsSessions: Bool) {
         switch state {
         case .joining: self = .joining
