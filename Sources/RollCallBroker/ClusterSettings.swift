@@ -9,8 +9,8 @@ public struct ClusterSettings: Sendable {
     /// This node's name, unique in the cluster. Range: 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
     public var nodeID: String
     /// The node's lease: how long after its last renewal a lost node's sessions end everywhere (reason
-    /// `node_lost`). It is renewed every third of it; a node that etcd has not answered for two thirds of it stops
-    /// taking sessions. Range: 2_000...3_600_000.
+    /// `node_lost`). It is renewed every third of it; a node whose last answered renewal was sent two thirds of it
+    /// ago serves nothing more on its sessions (docs/cluster.md, "Honest under partition"). Range: 2_000...3_600_000.
     public var leaseMilliseconds: Int64 = 5_000
     /// How long one etcd call may take on one member before the node tries the next. Range: 100 ms to a third of
     /// the lease.

@@ -54,6 +54,8 @@ extension EventLoop {
                 carryOutEffects()
             case .writeFailed(let write, let reason):
                 logger.warning("a write to etcd was dropped", metadata: ["write": "\(write)", "reason": "\(reason)"])
+                machine.clusterWriteFailed(write, now: clock.now())
+                carryOutEffects()
             }
         }
         machine.clusterNodeReads(acceptsSessions: cluster.node.acceptsSessions, seqBase: cluster.node.seqBase)

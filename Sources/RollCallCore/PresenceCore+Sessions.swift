@@ -132,6 +132,14 @@ extension PresenceCore {
         return Outcome(.success(()), updates: end([id], of: user, now: now, reason: .bye))
     }
 
+    /// Ends live session `id` for a reason the broker decides, not the client or the clock: a node of a cluster whose
+    /// change to the session could not be written to the cluster's store (docs/cluster.md). Nothing if there is no
+    /// such session.
+    public mutating func end(session id: SessionID, reason: OfflineReason, now: BrokerTime) -> [Action] {
+        guard let session = sessions[id], session.isNameable else { return [] }
+        return end([id], of: session.user, now: now, reason: reason).map(Action.publish)
+    }
+
     /// The sessions whose latest request came over `connection` lose it. Without a grace period they end at once
     /// (reason `closed`); with one, they end when it runs out unless a request names them first, over any
     /// connection. Sessions that had moved to another connection are not touched (fencing).

@@ -97,8 +97,9 @@ public struct ClusterStanding: Equatable, Sendable {
         case joining
         /// In the cluster: it takes sessions and vouches for what it answers.
         case live
-        /// etcd has not answered it for two thirds of its lease: it takes no new sessions and answers no reads
-        /// (`cluster_unavailable`) until etcd answers again.
+        /// Its lease may have run out (no renewal answered for two thirds of it): it takes no new sessions,
+        /// acknowledges nothing on its sessions but a `bye`, and answers no reads (`cluster_unavailable`) until etcd
+        /// renews its lease or it joins again.
         case cutOff = "cut_off"
         /// Stopping.
         case stopped

@@ -108,6 +108,81 @@ struct BrokerMachineClusterTests {
         #expect(Self.writes(node.effects()).count == 1)
     }
 
+    /// The node's window (``NodeMembership``) and the machine on one moved clock: a status just inside the window is
+    /// acknowledged and written, one just past it is refused with cluster_unavailable and nothing is written, like a
+    /// heartbeat; the window runs from the sending of the renewal that etcd answered, so an answered renewal opens it
+    /// again from then.
+    @Test func aStatusJustInsideTheWindowIsTakenJustPastItRefused() throws {
+        // A 3 s lease: the node serves until 2 s after the last answered renewal was sent.
+        var membership = NodeMembership(configuration: NodeMembership.Configuration(leaseMs: 3_000))
+        _ = membership.handle(.start(nowMs: 0))
+        _ = membership.handle(.leaseGranted(7, nowMs: 0))
+        _ = membership.handle(.snapshotLoaded(revision: 1, nowMs: 10))
+        #expect(membership.handle(.tick(nowMs: 1_000)).contains(.keepAlive(lease: 7)))
+        _ = membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: 1_000))
+        var node = Scripted(cluster: true)
+        let session = try node.hello("alice")
+        _ = node.effects()
+        func ask(_ request: Request, atNodeMs nodeMs: Int64) -> Result<Reply, PresenceError> {
+            node.machine.clusterNodeReads(acceptsSessions: membership.window.accepts(nowMs: nodeMs), seqBase: 1_000)
+            return node.request(request)
+        }
+        let busy = Request.status(session: session, status: .busy, text: nil)
+        #expect(ask(busy, atNodeMs: 2_999) == .success(.done))
+        #expect(Self.writes(node.effects()).count == 1)
+        // The keep-alive sent at 2_000 is not answered yet at 3_000: the window from 1_000 has closed.
+        #expect(membership.handle(.tick(nowMs: 2_000)).contains(.keepAlive(lease: 7)))
+        let away = Request.status(session: session, status: .away, text: nil)
+        for request in [away, .heartbeat(session: session)] {
+            guard case .failure(let error) = ask(request, atNodeMs: 3_000) else {
+                Issue.record("\(request.op) was acknowledged past the window")
+                continue
+            }
+            #expect(error.code == .clusterUnavailable)
+        }
+        #expect(node.effects().isEmpty)
+        // It is answered (at 3_300, say): the window runs from its sending, 2_000, to 4_000.
+        _ = membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: 2_000))
+        #expect(ask(away, atNodeMs: 3_999) == .success(.done))
+        #expect(Self.writes(node.effects()).count == 1)
+        guard case .failure(let error) = ask(busy, atNodeMs: 4_000) else {
+            Issue.record("a status was acknowledged at the end of the window")
+            return
+        }
+        #expect(error.code == .clusterUnavailable)
+    }
+
+    /// A session whose put etcd refused for good (not for the lease) ends on its node as node_lost and its end is
+    /// written, so that no change the node acknowledged lives on the node alone; its client learns it from
+    /// unknown_session on its next request.
+    @Test func aSessionWhosePutEtcdRefusedEnds() throws {
+        var node = Scripted(cluster: true)
+        let session = try node.hello("alice")
+        let kept = try node.hello("bob")
+        let puts = Self.writes(node.effects())
+        guard puts.count == 2, case .putSession("1", _, _) = puts[0] else {
+            Issue.record("not two session puts: \(puts)")
+            return
+        }
+        node.machine.clusterWriteFailed(puts[0], now: node.now)
+        let writes = Self.writes(node.effects())
+        guard case .endSession("1", let user?) = writes.first, writes.count == 1 else {
+            Issue.record("not one end of session 1: \(writes)")
+            return
+        }
+        #expect(ClusterValues.decodeEnding(user.record)?.reason == .nodeLost)
+        guard case .failure(let error) = node.request(.heartbeat(session: session)) else {
+            Issue.record("the session whose put was refused still answers")
+            return
+        }
+        #expect(error.code == .unknownSession)
+        // Another refused write (a group's definition, a session's end) ends no session.
+        node.machine.clusterWriteFailed(.putGroup(id: "team", definition: "{\"members\":[]}"), now: node.now)
+        node.machine.clusterWriteFailed(writes[0], now: node.now)
+        #expect(Self.writes(node.effects()).isEmpty)
+        #expect(node.request(.heartbeat(session: kept)) == .success(.done))
+    }
+
     /// `ping` on a node says where it stands.
     @Test func pingSaysWhereTheNodeStands() {
         var node = Scripted(cluster: true)

@@ -22,6 +22,13 @@ final class NodeRecorder: Sendable {
         }
     }
 
+    /// The writes the node reported as dropped.
+    var failedWrites: [ClusterNode.Write] {
+        notifications.withLock { all in
+            all.compactMap { entry in if case .writeFailed(let write, _) = entry.1 { write } else { nil } }
+        }
+    }
+
     var states: [NodeMembership.State] {
         notifications.withLock { all in
             all.compactMap { entry in if case .state(let state) = entry.1 { state } else { nil } }
@@ -204,6 +211,33 @@ extension EtcdBacked {
             #expect(back - revoked < .milliseconds(3_000))
             try await nodes[0].recorder.wait(forState: "live again") { _ in nodes[0].node.state.isLive }
             #expect(nodes[0].node.incarnation != old)
+        }
+
+        /// A write that finds the node's lease gone before a keep-alive does (here: revoked under it; in life: expired
+        /// while the node could not reach etcd) is not dropped: the node joins again at once and the change reaches
+        /// every node under the new lease.
+        @Test func aWriteThatFindsTheLeaseGoneIsWrittenUnderTheNewOne() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            // A 30 s lease: the next keep-alive is up to 10 s away, so the write is what finds the lease gone.
+            let nodes = try await startNodes(["a", "b"], on: cluster, leaseMs: 30_000)
+            defer { nodes.forEach { $0.node.stop() } }
+            nodes[0].node.write(.putSession(id: "s1", value: "ann", user: nil))
+            try await nodes[1].recorder.wait(for: "s1") { isSession("s1", $0) }
+            let old = try #require(nodes[0].node.incarnation)
+            try cluster.client().revoke(lease: old.lease)
+            try await nodes[1].recorder.wait(for: "s1 lost") {
+                if case .sessionEnded(let key, .nodeLost, _) = $0 { key.id == "s1" } else { false }
+            }
+            let written = ContinuousClock.now
+            nodes[0].node.write(.putSession(id: "s1", value: "ann, busy", user: nil))
+            let back = try await nodes[1].recorder.wait(for: "s1's change under a new lease") {
+                guard case .sessionPut(let key, "ann, busy", _) = $0 else { return false }
+                return key.id == "s1" && key.incarnation != old
+            }
+            print("a write found its lease gone: written under a new lease \(back - written) later")
+            #expect(back - written < .seconds(5))
+            #expect(nodes[0].recorder.failedWrites.isEmpty)
         }
 
         /// With every etcd member stopped for less than the lease, the node says it is cut off, then live again with

@@ -288,6 +288,68 @@ extension Integration {
             #expect(!after.contains { $0.status.isAvailable })
         }
 
+        /// Issue #21, honest under partition: a node cut off from etcd past its lease (its only member SIGSTOPped; its
+        /// session already ended everywhere else as node_lost, its user online again on another node) answers a
+        /// status and a heartbeat on its old session with cluster_unavailable, not ok; the refused change never shows
+        /// anywhere, even after the node joins again under a new lease.
+        @Test func aNodePastItsLeaseAcknowledgesNothing() throws {
+            // Node c talks to member 2 only; a and b to the other two, which expire c's lease.
+            let cluster = try ClusterFixture(leaseMs: 3_000) { $0 == 2 ? [2] : [0, 1] }
+            let log = try cluster.subscriber(0, carol)
+            let c = try cluster.client(2)
+            let session = try c.hello(hello(carol)).session
+            try log.wait(for: "carol online") { $0.status == .online }
+
+            let paused = ContinuousClock.now
+            cluster.etcd.pause(2)
+            let lost = try log.wait(for: "carol lost with node c's lease", timeout: 15_000) { $0.reason == .nodeLost }
+            print("cluster: node c's lease ran out \(lost.at - paused) after its etcd member stopped (lease 3 s)")
+            // Carol says hello on node b, as a client that failed over would.
+            _ = try cluster.client(1).hello(hello(carol, .away))
+            try log.wait(for: "carol away on node b") { $0.status == .away }
+
+            // Node c, its lease gone, acknowledges nothing on its old session.
+            #expect(rejection { try c.setStatus(session, .busy) } == .clusterUnavailable)
+            #expect(rejection { try c.heartbeat(session) } == .clusterUnavailable)
+            #expect(try c.ping().cluster?.state == .cutOff)
+
+            cluster.etcd.resume(2)
+            try cluster.waitForState(2, .live, timeout: .seconds(15))
+            print("cluster: node c live again \(ContinuousClock.now - paused) after the pause began")
+            // Once live again it serves, and the refused status never took effect anywhere.
+            #expect(try c.query([carol])[carol]?.status.isAvailable == true)
+            try log.drain(milliseconds: 1_000)
+            #expect(!log.records.contains { $0.record.status == .busy })
+            #expect(try cluster.client(0).query([carol])[carol]?.status != .busy)
+        }
+
+        /// Issue #21, honest under partition: a change acknowledged inside the window is written when etcd answers,
+        /// even if the node's lease ran out first: the session ends everywhere (node_lost) with the lease, and comes
+        /// back with the acknowledged change when the node joins again under a new lease.
+        @Test func aChangeAcknowledgedInTheWindowIsWrittenAfterAll() throws {
+            // Node c talks to member 2 only. A 6 s lease: c serves until at least 2 s after its member stops.
+            let cluster = try ClusterFixture(leaseMs: 6_000) { $0 == 2 ? [2] : [0, 1] }
+            let log = try cluster.subscriber(0, carol)
+            let c = try cluster.client(2)
+            let session = try c.hello(hello(carol)).session
+            try log.wait(for: "carol online") { $0.status == .online }
+
+            let paused = ContinuousClock.now
+            cluster.etcd.pause(2)
+            try c.setStatus(session, .busy, text: "acknowledged")
+            let acknowledged = ContinuousClock.now - paused
+            #expect(acknowledged < .seconds(2))
+            let lost = try log.wait(for: "carol lost with node c's lease", timeout: 15_000) { $0.reason == .nodeLost }
+            cluster.etcd.resume(2)
+            let busy = try log.wait(for: "carol's acknowledged change", timeout: 15_000) {
+                $0.status == .busy && $0.text == "acknowledged"
+            }
+            #expect(busy.record.seq > lost.record.seq)
+            print(
+                "cluster: a status acknowledged \(acknowledged) after c's member stopped reached node a "
+                    + "\(busy.at - paused) after the stop, under c's new lease")
+        }
+
         /// A node cut off from etcd (its only etcd member SIGSTOPped) says so, refuses new sessions and reads with
         /// cluster_unavailable, and serves again once etcd answers, without a restart; nobody ends meanwhile.
         @Test func aCutOffNodeSaysSoAndComesBack() throws {

@@ -11,7 +11,8 @@ struct ClusterSide {
     var view: PresenceCore
     /// The node's state as last reported.
     var state: NodeMembership.State = .joining(attempt: 0)
-    /// Whether the node may take new sessions now (``ClusterNode/acceptsSessions``), as the loop last read it.
+    /// Whether the node is inside its window now (``ClusterNode/acceptsSessions``, decided by
+    /// ``NodeMembership/Window``), as the loop read it before this round's requests.
     var acceptsSessions = false
     /// The cluster's `seq` base, once the node has joined (``ClusterReplica/seq(at:)``).
     var seqBase: UInt64?
@@ -152,6 +153,22 @@ extension BrokerMachine {
         }
     }
 
+    /// etcd refused a write for good, for another reason than the node's lease (a lease found gone is not a
+    /// refusal: the node joins again and writes its sessions under the new one). A session whose put was refused
+    /// would live on this node and nowhere else, with a change this node acknowledged and the cluster never saw: it
+    /// ends here too, as `node_lost` (its end is written, and its client learns it from `unknown_session` on its next
+    /// request, then says hello again, here or on another node).
+    mutating func clusterWriteFailed(_ write: ClusterNode.Write, now: BrokerTime) {
+        guard case .putSession(let number, _, _) = write,
+            let found = withCluster({ side in side.numbers.first { String($0.value) == number }?.key }),
+            let session = found
+        else { return }
+        // A node's core publishes nothing: the end goes to etcd and is published when it comes back.
+        _ = core.end(session: session, reason: .nodeLost, now: now)
+        effects.append(.warning("a session ended: etcd refused its change", ["session": "\(number)"]))
+        noteSessionEvents(now: now)
+    }
+
     /// Writes to etcd what this node's sessions did: a session opened or changed is put (under the node's lease),
     /// one that ended is deleted with its user's key saying why.
     mutating func writeSessionEvents(_ events: [PresenceCore.SessionEvent], now: BrokerTime) {
@@ -176,8 +193,8 @@ extension BrokerMachine {
 }
 
 extension ClusterStanding.State {
-    /// What a node's membership means to clients: a node that is live but has not heard from etcd for two thirds of
-    /// its lease is already cut off for them.
+    /// What a node's membership means to clients: a node that is live but outside its window (no renewal answered
+    /// for two thirds of its lease) is already cut off for them.
     init(_ state: NodeMembership.State, acceptsSessions: Bool) {
         switch state {
         case .joining: self = .joining

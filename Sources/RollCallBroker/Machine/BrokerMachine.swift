@@ -100,7 +100,7 @@ struct BrokerMachine {
     private mutating func execute(
         _ request: Request, connection: ConnectionID?, access: Access, now: BrokerTime
     ) -> Result<Reply, PresenceError> {
-        // A node cut off from the cluster (etcd unanswered for two thirds of its lease) acknowledges no renewal and no
+        // A node outside its window (no renewal answered for two thirds of its lease) acknowledges no renewal and no
         // change on its sessions: its lease may run out before etcd hears of it, and the client must fail over rather
         // than believe a change that no other node will ever see (docs/cluster.md, "Honest under partition"). A `bye`
         // is still taken: an end is true whatever happens to the lease, and a bye refused now would let the session

@@ -9,18 +9,26 @@
 ///    └──────────────────────────────── lease gone (expired while cut off) ◀────────────────────────────────┘
 /// ```
 ///
-/// A node serves new sessions only when ``State/live(lease:)``. It declares itself cut off before etcd can have
-/// expired its lease (``Configuration/cutOffAfter`` is two thirds of the lease), so that it never claims sessions that
-/// the rest of the cluster may already have ended.
+/// A node serves requests only when ``State/live(lease:)`` and inside its ``Window``: it declares itself cut off
+/// before etcd can have expired its lease (``Configuration/cutOffAfterMs``, the lease less
+/// ``Configuration/safetyMarginMs``, after the last renewal etcd answered was sent), so that it never claims sessions
+/// that the rest of the cluster may already have ended (docs/cluster.md, "Honest under partition").
 public struct NodeMembership: Sendable {
     public struct Configuration: Sendable, Equatable {
         /// The lease's time to live, in milliseconds. Range: 2_000...3_600_000.
         public var leaseMs: Int64
         /// How often the lease is renewed: a third of the lease.
         public var keepAliveIntervalMs: Int64 { leaseMs / 3 }
-        /// How long without an answer from etcd before the node says it is cut off: two thirds of the lease, so
-        /// before the lease can expire (it runs from when etcd received the last renewal, after it was sent).
-        public var cutOffAfterMs: Int64 { leaseMs * 2 / 3 }
+        /// How much of the lease the node gives up to stay on the safe side of etcd's clock: a third of the lease
+        /// (at least 667 ms). It must cover an acknowledged write's way to etcd (one request timeout, which
+        /// ``ClusterNode/Configuration`` keeps under a third of the lease), the event loop's round, clock-rate
+        /// differences between the node and etcd's leader, and a keep-alive answered by a leader that was already
+        /// deposed (etcd extends every lease by an election timeout on a new leader for that; docs/cluster.md).
+        public var safetyMarginMs: Int64 { leaseMs / 3 }
+        /// How long after sending the last renewal that etcd answered the node serves: the lease less
+        /// ``safetyMarginMs``, so it stops before the lease can expire (etcd counts the lease from when it
+        /// received that renewal, which is after it was sent).
+        public var cutOffAfterMs: Int64 { leaseMs - safetyMarginMs }
         /// How long the node's own write may take to come back through its watch before the watch is started
         /// again (its member may have gone silent without closing the connection).
         public var watchLagLimitMs: Int64 { max(1_000, leaseMs / 3) }
@@ -91,9 +99,10 @@ public struct NodeMembership: Sendable {
     public private(set) var state: State = .joining(attempt: 0)
     /// When the worker should next be asked something (a keep-alive, a retry), on the caller's clock.
     public private(set) var nextDeadlineMs: Int64?
-    /// When etcd last answered a call of this node (the time the call was sent is what counts; the worker passes
-    /// it as `nowMs`).
-    private var lastAnswerMs: Int64 = 0
+    /// When the last renewal of the lease that etcd answered (the grant, or a keep-alive that found the lease) was
+    /// sent: the worker passes the time it sent the call as `nowMs`. Other answers (writes, snapshots) renew
+    /// nothing and do not move it.
+    private var lastRenewalSentMs: Int64 = 0
     /// The node's own writes not yet seen through the watch: (revision, written at).
     private var unconfirmed: (revision: Int64, atMs: Int64)?
     private var watchedRevision: Int64 = 0
@@ -105,11 +114,29 @@ public struct NodeMembership: Sendable {
 
     public init(configuration: Configuration) { self.configuration = configuration }
 
-    /// Until when (on the caller's clock) the node may take new sessions: while live, the last answer from etcd plus
-    /// ``Configuration/cutOffAfterMs``; `nil` otherwise.
+    /// Until when (on the caller's clock) the node may serve requests: while live, the sending of the last renewal
+    /// etcd answered plus ``Configuration/cutOffAfterMs``; `nil` otherwise.
     public var servingUntilMs: Int64? {
         guard case .live = state else { return nil }
-        return lastAnswerMs + configuration.cutOffAfterMs
+        return lastRenewalSentMs + configuration.cutOffAfterMs
+    }
+
+    /// The window in which the node may serve requests, as it stands now: a value that other threads can keep and
+    /// ask at any time, so that the window closes on time even while the worker waits for etcd.
+    public var window: Window { Window(servingUntilMs: servingUntilMs) }
+
+    /// Whether the node may serve requests (take sessions, acknowledge changes on them, answer reads) at `nowMs`.
+    public struct Window: Sendable, Equatable {
+        /// The first moment, on the node's clock, at which it serves nothing; `nil`: not live, serves nothing.
+        public var servingUntilMs: Int64?
+
+        public init(servingUntilMs: Int64?) { self.servingUntilMs = servingUntilMs }
+
+        /// Whether the node serves at `nowMs`: strictly before ``servingUntilMs``.
+        public func accepts(nowMs: Int64) -> Bool {
+            guard let until = servingUntilMs else { return false }
+            return nowMs < until
+        }
     }
 
     /// Handles one event; returns what to do, in order.
@@ -127,7 +154,8 @@ public struct NodeMembership: Sendable {
             nextDeadlineMs = now + configuration.retryMs
             return [.grantLease]
         case (.leaseGranted(let lease, let now), .joining):
-            lastAnswerMs = now
+            // etcd counts a new lease from when it granted it, after the grant was sent.
+            lastRenewalSentMs = now
             pendingLease = lease
             return [.register(lease: lease)]
         case (.snapshotLoaded(let revision, let now), .joining):
@@ -140,7 +168,7 @@ public struct NodeMembership: Sendable {
 
         case (.keepAliveAnswered(true, let now), .live), (.keepAliveAnswered(true, let now), .cutOff):
             busy = false
-            lastAnswerMs = now
+            lastRenewalSentMs = max(lastRenewalSentMs, now)
             guard case .cutOff(let lease, _) = state else { return [] }
             // Back in time: the lease never expired, and the watch goes on from where it was.
             return enter(.live(lease: lease))
@@ -151,7 +179,12 @@ public struct NodeMembership: Sendable {
             return enter(.joining(attempt: 0)) + [.grantLease]
         case (.callFailed(let now), .live(let lease)):
             busy = false
-            if now - lastAnswerMs >= configuration.cutOffAfterMs { return enter(.cutOff(lease: lease, sinceMs: now)) }
+            // Try again soon rather than a third of the lease later: a renewal that gets through before the window
+            // closes keeps the node serving without a gap.
+            nextDeadlineMs = min(nextDeadlineMs ?? now, now + configuration.retryMs)
+            if now - lastRenewalSentMs >= configuration.cutOffAfterMs {
+                return enter(.cutOff(lease: lease, sinceMs: now))
+            }
             return []
         case (.callFailed(let now), .cutOff):
             busy = false
@@ -159,7 +192,7 @@ public struct NodeMembership: Sendable {
             return []
 
         case (.wrote(let revision, let now), .live), (.wrote(let revision, let now), .cutOff):
-            lastAnswerMs = max(lastAnswerMs, now)
+            // A write under the lease shows that etcd had it, not that it will keep it: the window does not move.
             lastWriteMs = now
             if revision > watchedRevision, unconfirmed == nil { unconfirmed = (revision, now) }
             return []
@@ -187,11 +220,12 @@ public struct NodeMembership: Sendable {
 
     private mutating func join(revision: Int64, now: Int64) -> [Action] {
         busy = false
-        lastAnswerMs = now
+        // The window runs from the grant's sending (leaseGranted), not from now: registering and reading the
+        // snapshot took some of the lease. The first renewal is due a third of the lease after the grant.
         lastWriteMs = now
         watchedRevision = revision
         unconfirmed = nil
-        nextDeadlineMs = now + configuration.keepAliveIntervalMs
+        nextDeadlineMs = lastRenewalSentMs + configuration.keepAliveIntervalMs
         return enter(.live(lease: pendingLease))
     }
 
@@ -205,7 +239,7 @@ public struct NodeMembership: Sendable {
                 actions.append(.grantLease)
             }
         case .live(let lease), .cutOff(let lease, _):
-            if case .live = state, now - lastAnswerMs >= configuration.cutOffAfterMs {
+            if case .live = state, now - lastRenewalSentMs >= configuration.cutOffAfterMs {
                 actions += enter(.cutOff(lease: lease, sinceMs: now))
             }
             if let pending = unconfirmed, now - pending.atMs >= configuration.watchLagLimitMs {

@@ -62,7 +62,7 @@ public final class ClusterNode: Sendable {
         /// Stopping without revoking the lease.
         var abandoning = false
         var state: NodeMembership.State = .joining(attempt: 0)
-        var servingUntilMs: Int64?
+        var window = NodeMembership.Window(servingUntilMs: nil)
         var seqBase: UInt64?
         var incarnation: ClusterKeys.Incarnation?
     }
@@ -95,12 +95,12 @@ public final class ClusterNode: Sendable {
     /// The node's state now.
     public var state: NodeMembership.State { shared.withLock { $0.state } }
 
-    /// Whether the node may take new sessions now: it is live and etcd answered it recently enough (less than
-    /// ``NodeMembership/Configuration/cutOffAfterMs`` ago). Computed from the clock, so it turns false on time even
-    /// while the worker is stuck in a call that etcd does not answer. Safe from any thread.
+    /// Whether the node may serve requests now (new sessions, changes on its sessions, reads): it is live and the
+    /// last renewal etcd answered was sent less than ``NodeMembership/Configuration/cutOffAfterMs`` ago
+    /// (``NodeMembership/Window``, decided there). Asked of the clock now, so it turns false on time even while
+    /// the worker is stuck in a call that etcd does not answer. Safe from any thread.
     public var acceptsSessions: Bool {
-        guard let until = shared.withLock({ $0.servingUntilMs }) else { return false }
-        return nowMs < until
+        shared.withLock { $0.window }.accepts(nowMs: nowMs)
     }
 
     private let origin = ContinuousClock.now
@@ -208,10 +208,19 @@ public final class ClusterNode: Sendable {
                 var next = writes.startIndex
                 while next < writes.endIndex {
                     let batch = nextBatch(writes[next...])
-                    guard perform(batch) else {
-                        // etcd cannot answer now: keep this batch and the later writes, in order, for the next turn.
+                    let sent = nowMs
+                    let outcome = perform(batch)
+                    guard outcome == .written else {
+                        // etcd cannot answer now, or the lease is gone: keep this batch and the later writes, in
+                        // order, for the next turn.
                         let rest = writes[next...]
                         node.shared.withLock { $0.writes.insert(contentsOf: rest, at: 0) }
+                        if outcome == .leaseGone {
+                            // Join again, with the writes back in the queue first: the join writes the node's live
+                            // sessions as these writes leave them (a session they end is not written again), and
+                            // they go to etcd under the new lease once it is live.
+                            perform(membership.handle(.keepAliveAnswered(leaseAlive: false, nowMs: sent)))
+                        }
                         break
                     }
                     next += batch.count
@@ -225,8 +234,8 @@ public final class ClusterNode: Sendable {
         // MARK: Membership actions
 
         mutating func perform(_ actions: [NodeMembership.Action]) {
-            let until = membership.servingUntilMs
-            node.shared.withLock { $0.servingUntilMs = until }
+            let window = membership.window
+            node.shared.withLock { $0.window = window }
             for action in actions { perform(action) }
         }
 
@@ -415,22 +424,37 @@ public final class ClusterNode: Sendable {
             }
         }
 
-        /// Sends a batch of writes as one transaction; returns `false` when etcd could not answer and the batch
-        /// should be tried again.
-        mutating func perform(_ batch: ArraySlice<Write>) -> Bool {
+        /// What became of a batch of writes.
+        enum BatchOutcome: Equatable {
+            /// etcd took it, or refused it for good (each write then reported with ``Notification/writeFailed``).
+            case written
+            /// etcd could not answer: try the batch again later.
+            case retry
+            /// etcd no longer has the node's lease (it expired while the node could not renew it): the node must
+            /// join again, and the batch goes under the new lease.
+            case leaseGone
+        }
+
+        /// Sends a batch of writes as one transaction.
+        mutating func perform(_ batch: ArraySlice<Write>) -> BatchOutcome {
             for write in batch { noteLocal(write) }
             let sent = nowMs
             do {
                 let result = try client.txn(compare: [], success: batch.flatMap { operations(for: $0) })
                 perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
-                return true
+                return .written
             } catch let error as EtcdError where error.isUnavailable {
                 perform(membership.handle(.callFailed(nowMs: sent)))
-                return false
+                return .retry
+            } catch EtcdError.leaseNotFound {
+                // Not dropped: the join that follows writes the node's live sessions under a new lease, and this
+                // batch after it.
+                return .leaseGone
             } catch {
-                // Refused for good (a lease etcd no longer has: the node joins again and writes its sessions anew).
+                // Refused for good, and not for the lease: the owner ends the sessions whose put this was
+                // (docs/cluster.md, "Honest under partition"), so that no acknowledged change is silently lost.
                 for write in batch { node.notify(.writeFailed(write, "\(error)")) }
-                return true
+                return .written
             }
         }
     }
