@@ -80,20 +80,23 @@ extension WebSocketSettings {
         guard !host.isEmpty, !url.contains(where: { $0 == " " || $0.isNewline }) else {
             return "'\(url)' has no host, or has spaces"
         }
-        // Loopback by its address, not by a name that merely starts like one (127.0.0.1.example.com).
-        let loopback =
-            host == "localhost" || host == "::1"
-            || (host.hasPrefix("127.") && host.split(separator: ".").count == 4
-                && host.allSatisfy { $0 == "." || $0.isASCII && $0.isNumber })
-        if lowered.hasPrefix("http://"), !insecure, !loopback {
+        if lowered.hasPrefix("http://"), !insecure, !WebSocketSettings.isLoopback(String(host)) {
             return "'\(url)' is plain http to a host that is not loopback, so anyone on the way could give the "
                 + "broker their keys: use https://, or --insecure"
         }
         return nil
     }
 
-    /// Whether only this machine can reach `host`.
+    /// Whether only this machine can reach `host`: `localhost`, `::1`, or an IPv4 address in 127.0.0.0/8 written as
+    /// four numbers; never a name that merely starts like one (`127.0.0.1.evil.example` resolves wherever its owner
+    /// says).
     public static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        if host == "localhost" || host == "::1" { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127"
+            && parts.allSatisfy { part in
+                !part.isEmpty && part.count <= 3 && part.allSatisfy { $0.isASCII && $0.isNumber }
+                    && Int(part)! <= 255
+            }
     }
 }
