@@ -89,16 +89,29 @@ extension EventLoop {
                 let pending = history!.pending(above: max(after, committed)) { _ in true }
                 return .success(.log(page("events", written + pending, limit: limit)))
             case .history(let query):
+                let within = { (entry: LogEntry) in
+                    entry.offset > (query.after ?? 0) && query.from.map { entry.time >= $0 } ?? true
+                        && query.to.map { entry.time <= $0 } ?? true
+                }
                 let written = try history!.log.history(
                     of: query.user, from: query.from, to: query.to, after: query.after, limit: query.limit
                 ).filter { $0.offset <= committed }
                 let pending = history!.pending(above: max(query.after ?? 0, committed)) { entry in
-                    entry.record.user == query.user && query.from.map { entry.time >= $0 } ?? true
-                        && query.to.map { entry.time <= $0 } ?? true
+                    entry.record.user == query.user && within(entry)
                 }
-                return .success(.log(page("history", written + pending, limit: query.limit)))
+                var entries = written + pending
+                // A user key or token reads the log as its user may see the user (docs/privacy.md).
+                if let viewer = access.viewer {
+                    let core = machine.published
+                    let lastSeen = try core.lostSight(of: query.user, by: viewer, now: now).flatMap {
+                        try entry(of: query.user, at: $0, committed: committed)
+                    }
+                    entries = core.history(entries, of: query.user, for: viewer, lastSeen: lastSeen, now: now)
+                        .filter(within)
+                }
+                return .success(.log(page("history", entries, limit: query.limit)))
             case .queryAt(let users, let at):
-                return try recordsAt(users, at: at, now: now, committed: committed)
+                return try recordsAt(users, at: at, now: now, committed: committed, viewer: access.viewer)
             default:
                 return .failure(PresenceError(.badRequest, "\(request.op) does not read the presence log"))
             }
@@ -200,10 +213,21 @@ extension EventLoop {
             position: LogPosition(epoch: history?.epoch ?? "", offset: machine.core.logOffset))
     }
 
-    /// `query` with `at`: each user's record as the log tells it at that time.
-    private func recordsAt(_ users: [UserID], at: BrokerTime, now: BrokerTime, committed: UInt64) throws
-        -> Result<Reply, PresenceError>
-    {
+    /// `user`'s entry at `offset`, from the file or from what waits for the writer.
+    private func entry(of user: UserID, at offset: UInt64, committed: UInt64) throws -> LogEntry? {
+        guard let history, offset > 0 else { return nil }
+        if offset > committed {
+            return history.pending(above: committed) { $0.offset == offset && $0.record.user == user }.first
+        }
+        return try history.log.history(of: user, from: nil, to: nil, after: offset - 1, limit: 1)
+            .first { $0.offset == offset }
+    }
+
+    /// `query` with `at`: each user's record as the log tells it at that time; for a `viewer` (a user key or
+    /// token), as its user may see each one now (docs/privacy.md).
+    private func recordsAt(
+        _ users: [UserID], at: BrokerTime, now: BrokerTime, committed: UInt64, viewer: UserID?
+    ) throws -> Result<Reply, PresenceError> {
         guard let history else { return .failure(PresenceError(.noHistory, "this broker keeps no presence log")) }
         guard at <= now else {
             return .failure(PresenceError(.badRequest, "field 'at' is ahead of the broker's clock (\(now))"))
@@ -221,6 +245,12 @@ extension EventLoop {
         for entry in history.pending(above: committed, where: { $0.time <= at }) {
             latest[entry.record.user] = entry  // in offset order: the last one wins
         }
-        return .success(.query(distinct.map { latest[$0]?.record ?? .unknown($0) }))
+        let core = machine.published
+        return .success(
+            .query(
+                distinct.map { user in
+                    let truth = latest[user]?.record ?? .unknown(user)
+                    return viewer.map { core.recordAt(truth, for: $0, now: now) } ?? truth
+                }))
     }
 }

@@ -267,3 +267,62 @@ extension PresenceCore {
         }
     }
 }
+
+/// What a viewer reads of the presence log (docs/privacy.md, "The paths"): the log keeps the public records, and a
+/// viewer reads them as it would have received them had the user said bye at the moment the viewer lost sight.
+extension PresenceCore {
+    /// The offset of the last entry of `user` that `viewer` saw before it lost sight (its view's offset), if it may
+    /// not see the user now: the reader fetches that entry for ``history(_:of:for:lastSeen:now:)``. `nil` when the
+    /// viewer sees the user.
+    public func lostSight(of user: UserID, by viewer: UserID, now: BrokerTime) -> UInt64? {
+        guard viewer != user, let state = privacy[user], !state.sight(viewer).status else { return nil }
+        return view(of: user, for: viewer, now: now).offset ?? 0
+    }
+
+    /// `user`'s logged transitions `entries` (in offset order) as `viewer` may read them now:
+    /// - a viewer that sees the user: every entry, `last_seen` and `since` null where the policy hides them;
+    /// - a viewer that may not: the entries up to the moment it lost sight, then, if the user was available then
+    ///   (`lastSeen`, the entry at ``lostSight(of:by:now:)``), the bye of its view: the record it holds now, as an
+    ///   entry at that moment's time with offset `max(last + 1, time × 1000)`, where a transition then would have
+    ///   been logged; nothing for a user hidden before it was ever published.
+    ///
+    /// The caller filters the added entry by the read's bounds (`after`, `from`, `to`), as the log filtered the rest.
+    public func history(
+        _ entries: [LogEntry], of user: UserID, for viewer: UserID, lastSeen: LogEntry?, now: BrokerTime
+    ) -> [LogEntry] {
+        guard viewer != user, let state = privacy[user] else { return entries }
+        let sight = state.sight(viewer)
+        let masked = { (entry: LogEntry) -> LogEntry in
+            var entry = entry
+            if !sight.lastSeen { entry.record = withoutLastSeen(entry.record) }
+            return entry
+        }
+        guard !sight.status else { return entries.map(masked) }
+        let view = view(of: user, for: viewer, now: now)
+        guard view.seq > 0 else { return [] }
+        let until = view.offset ?? 0
+        var seen = entries.filter { $0.offset <= until }.map(masked)
+        // One already offline when sight was lost needs nothing more: its view is its last record.
+        if let lastSeen, lastSeen.offset == until, lastSeen.record.status.isAvailable {
+            // The frozen record's `since` is the moment sight was lost (the view may have it masked).
+            let time = (state.frozen[viewer] ?? state.mask)?.since ?? lastSeen.time
+            seen.append(
+                LogEntry(offset: max(until + 1, UInt64(max(0, time.milliseconds)) * 1_000), time: time, record: view))
+        }
+        return seen
+    }
+
+    /// `truth`, the record of a user at some past moment as the log tells it, as `viewer` may read it now: the
+    /// record then if the viewer saw it, else the viewer's view (a user hidden later reads as the bye of the
+    /// moment sight was lost), `last_seen` and `since` null where the policy hides them.
+    public func recordAt(_ truth: PresenceRecord, for viewer: UserID, now: BrokerTime) -> PresenceRecord {
+        guard viewer != truth.user, let state = privacy[truth.user] else { return truth }
+        let sight = state.sight(viewer)
+        var record = truth
+        if !sight.status {
+            let view = view(of: truth.user, for: viewer, now: now)
+            if view.seq == 0 || (truth.offset ?? 0) > (view.offset ?? 0) { record = view }
+        }
+        return sight.lastSeen ? record : withoutLastSeen(record)
+    }
+}

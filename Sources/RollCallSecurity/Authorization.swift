@@ -13,6 +13,12 @@ public enum Access: Equatable, Sendable {
 
     /// Whether this access may see the truth about `user` (an `invisible` status) whatever connection it asks on:
     /// operators, and the user's own keys.
+    /// The user whose view of others this access reads with (docs/privacy.md): a `user` key's or token's user;
+    /// `nil` for readers, operators and open access, who see the truth.
+    public var viewer: UserID? {
+        if case .role(.user(let own)) = self { own } else { nil }
+    }
+
     public func seesTruth(about user: UserID) -> Bool {
         switch self {
         case .role(.operator): true

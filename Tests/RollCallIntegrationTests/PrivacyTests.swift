@@ -243,6 +243,47 @@ extension Integration {
             }
         }
 
+        /// `history` and `query` with `at` read the log as the viewer may see the user: a user hidden from bob
+        /// reads, for bob, as having said bye when bob lost sight (nothing after: not the status, not the text); an
+        /// operator reads every transition.
+        @Test func historyOfAHiddenUser() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-\(UUID())").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try await withGateway({ $0.storage = .directory(directory) }) { gateway in
+                let admin = try await gateway.client(token: gateway.token("admin", role: "operator"))
+                let alice = try await gateway.client(token: gateway.token("alice"))
+                let bob = try await gateway.client(token: gateway.token("bob"))
+                let hello = try await alice.call(#"{"op":"hello","id":"h","user":"alice","ttl_ms":600000}"#, id: "h")
+                let session = try #require(hello[JSONKey("session")]?.string)
+                _ = try await alice.call(#"{"op":"privacy","id":"p","user":"alice","visibility":"nobody"}"#, id: "p")
+                _ = try await alice.call(
+                    #"{"op":"status","id":"t","session":"\#(session)","status":"away","text":"secret"}"#, id: "t")
+
+                func statuses(_ reply: [JSONKey: JSON]) -> [String] {
+                    guard case .array(let entries)? = reply[JSONKey("history")] else { return [] }
+                    return entries.compactMap {
+                        guard case .object(let entry) = $0, case .object(let record)? = entry[JSONKey("record")]
+                        else { return nil }
+                        return record[JSONKey("status")]?.string
+                    }
+                }
+                let request = #"{"op":"history","id":"y","user":"alice"}"#
+                #expect(statuses(try await admin.call(request, id: "y")) == ["online", "away"])
+                let hidden = try await bob.call(request, id: "y")
+                #expect(statuses(hidden) == ["online", "offline"])
+                let text = "\(hidden)"
+                #expect(!text.contains("secret") && !text.contains("away"))
+
+                let ping = try await admin.call(#"{"op":"ping","id":"g"}"#, id: "g")
+                let now = try #require(ping[JSONKey("time")]?.integer)
+                let at = try await bob.call(#"{"op":"query","id":"a","users":["alice"],"at":\#(now)}"#, id: "a")
+                guard case .object(let presence)? = at[JSONKey("presence")],
+                    case .object(let record)? = presence[JSONKey("alice")]
+                else { throw TestFailure("no record of alice in \(at)") }
+                #expect(record[JSONKey("status")]?.string == "offline" && record[JSONKey("reason")]?.string == "bye")
+            }
+        }
+
         /// Edits alice's contacts with `client`'s token.
         static func contacts(
             _ client: WebSocketTestClient, _ verb: String, _ users: [String]
