@@ -69,4 +69,24 @@ extension EventLoop {
             deliver(Codec.encodeUpdate(topic: Topic.presence(user).bytes, body: Codec.encodeRecord(view)), to: id)
         }
     }
+
+    /// Applies a contacts file read off the loop (``Broker/reloadContacts()``): each WebSocket subscriber whose view
+    /// changed gets its new view at once. A file the machine refuses changes nothing.
+    func loadContacts(_ lists: [ContactList], from path: String, at reason: String) {
+        let started = ContinuousClock.now
+        switch machine.loadContacts(lists, now: clock.now()) {
+        case .success(let changed):
+            carryOutEffects()
+            logger.notice(
+                "\(reason): contacts file reloaded",
+                metadata: [
+                    "file": "\(path)", "users": "\(lists.count)", "changed": "\(changed)",
+                    "ms": "\((ContinuousClock.now - started).wholeMilliseconds)",
+                ])
+        case .failure(let refusal):
+            logger.error(
+                "\(reason): contacts file NOT reloaded; the previous contacts stay",
+                metadata: ["file": "\(path)", "error": "\(refusal.message)"])
+        }
+    }
 }

@@ -35,4 +35,22 @@ extension BrokerMachine {
         if case .success = result { effects.append(.resendViews(before)) }
         return result
     }
+
+    /// A contacts file (`--contacts-file`, read at start and on SIGHUP): sets the contacts of every user it lists, as
+    /// op `contacts` with `set` would, and each WebSocket subscriber of such a user whose view changed gets its new
+    /// view at once. Users the file does not list keep theirs. Checked whole first: a list the core would refuse
+    /// refuses the file, changing nothing. Answers how many users' contacts changed.
+    mutating func loadContacts(_ lists: [ContactList], now: BrokerTime) -> Result<Int, PresenceError> {
+        if case .cluster = publishing {
+            return .failure(PresenceError(.unknownOp, "contacts are not available on a node of a cluster"))
+        }
+        if let refusal = core.refusal(ofContacts: lists) { return .failure(refusal) }
+        var changed = 0
+        for list in lists where !core.hasContacts(list.user, equalTo: list.contacts) {
+            effects.append(.resendViews(core.privacySnapshot(of: list.user, now: now)))
+            core.setContacts(list.user, to: list.contacts, now: now)
+            changed += 1
+        }
+        return .success(changed)
+    }
 }
