@@ -28,6 +28,9 @@ extension PresenceCore {
     /// The groups `user` is in, sorted.
     public func groups(of user: UserID) -> [GroupID] { memberships[user]?.sorted() ?? [] }
 
+    /// Whether `user` is a member of `group` (a `user` key reads only its user's groups).
+    public func isMember(_ user: UserID, of group: GroupID) -> Bool { memberships[user]?.contains(group) == true }
+
     /// The number of groups and of memberships over all groups.
     public var groupCount: Int { groups.count }
     public var membershipCount: Int { membershipTotal }

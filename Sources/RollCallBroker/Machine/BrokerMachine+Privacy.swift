@@ -11,6 +11,13 @@ extension BrokerMachine {
         return core.restricts(user)
     }
 
+    /// Whether `user` is a member of `group` in the published core (a `user` key reads only its user's groups), read
+    /// in place as ``restricts(_:)`` is.
+    func isMember(_ user: UserID, of group: GroupID) -> Bool {
+        if case .cluster(let side) = publishing { return side.view.isMember(user, of: group) }
+        return core.isMember(user, of: group)
+    }
+
     mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
         // The settings live in this node's core; a cluster would need them in etcd to hold on every node.
         if case .cluster = publishing {

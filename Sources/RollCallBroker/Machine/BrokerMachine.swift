@@ -81,7 +81,9 @@ struct BrokerMachine {
     mutating func handle(
         _ request: Request, connection: ConnectionID?, access: Access, now: BrokerTime
     ) -> Answer {
-        if let refusal = Authorization.refusal(of: request, by: access, owner: { core.user(of: $0) }) {
+        if let refusal = Authorization.refusal(
+            of: request, by: access, owner: { core.user(of: $0) }, isMember: { isMember($0, of: $1) })
+        {
             return .reply(.failure(refusal))
         }
         if case .advance(let milliseconds) = request {
