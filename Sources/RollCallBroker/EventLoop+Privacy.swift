@@ -38,6 +38,27 @@ extension EventLoop {
         }
     }
 
+    /// A group message to the group's WebSocket subscribers while some user blocks someone: a subscriber whose user
+    /// is blocked by a member gets the message as it sees it (those members offline, their records its views);
+    /// every other subscriber gets `body`, the shared encoding.
+    func deliverGroupViews(_ update: GroupUpdate, body: [UInt8], now: BrokerTime) {
+        guard !gateway.hasNoSubscribers else { return }
+        let topic = Topic.group(update.group).bytes
+        guard let receivers = gateway.receivers(of: topic).exact else { return }
+        let shared = Codec.encodeUpdate(topic: topic, body: body)
+        let core = machine.published
+        for id in receivers {
+            if let viewer = viewer(of: id) {
+                let shown = core.groupUpdate(update, for: viewer, now: now)
+                if shown != update {
+                    deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeGroupUpdate(shown)), to: id)
+                    continue
+                }
+            }
+            deliver(shared, to: id)
+        }
+    }
+
     /// After a privacy change: each WebSocket subscriber of the user whose view changed gets the new view at once
     /// (the bye record when it lost sight, the current record when it got sight back).
     func resendViews(since before: PrivacySnapshot) {

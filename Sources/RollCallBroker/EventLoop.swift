@@ -325,7 +325,14 @@ final class EventLoop {
             if index > 0 {
                 part.seq = machine.issueGroupSeq(update.group, now: now)
             }
-            send(topic, Codec.encodeGroupUpdate(part, recordCache: &recordCache))
+            let body = Codec.encodeGroupUpdate(part, recordCache: &recordCache)
+            if machine.hasBlocks {
+                // The WebSocket subscribers get their own views (EventLoop+Privacy.swift).
+                enqueue(topic.bytes, .bytes(body), toGateway: false)
+                deliverGroupViews(part, body: body, now: now)
+            } else {
+                send(topic, body)
+            }
         }
     }
 }

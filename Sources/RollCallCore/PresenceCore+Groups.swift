@@ -180,6 +180,25 @@ extension PresenceCore {
         }
     }
 
+    /// `user` blocked or unblocked the viewers in `toggled` (`blocked`: whom it blocks now): keeps ``blockedBy``, and
+    /// in every group of `user` that one of them is a member of, notes `user` as changed, so that the group's next
+    /// message (within a window) gives those members their new view of `user` (PresenceCore+GroupBlocks.swift).
+    mutating func noteBlocks(by user: UserID, toggled: Set<UserID>, blocked: Set<UserID>, now: BrokerTime) {
+        for viewer in toggled {
+            if blocked.contains(viewer) {
+                blockedBy[viewer, default: []].insert(user)
+            } else {
+                blockedBy[viewer]?.remove(user)
+                if blockedBy[viewer]?.isEmpty == true { blockedBy[viewer] = nil }
+            }
+        }
+        guard let ids = memberships[user] else { return }
+        for id in ids where toggled.contains(where: { memberships[$0]?.contains(id) == true }) {
+            groups[id]?.changed.insert(user)
+            scheduleFlush(id, now: now)
+        }
+    }
+
     private mutating func scheduleFlush(_ id: GroupID, now: BrokerTime) {
         guard let state = groups[id], state.flushAt == nil else { return }
         let window = configuration.groupBatchMilliseconds

@@ -194,6 +194,8 @@ extension PresenceCore {
         state.mask = mask
         privacy[user] = state.isEmpty ? nil : state
         if tracksChanges { changedPrivacy.insert(user) }
+        let toggled = before.blocks.symmetricDifference(state.blocks)
+        if !toggled.isEmpty { noteBlocks(by: user, toggled: toggled, blocked: state.blocks, now: now) }
     }
 
     /// The record `user` would get if every visible session said `bye` at `time`, with `seq`; `nil` for a user
@@ -293,6 +295,7 @@ extension PresenceCore {
             for entry in settings.frozen { state.frozen[entry.viewer] = entry.record }
             state.seq = users[settings.user]?.seq ?? 0
             privacy[settings.user] = state
+            for viewer in settings.blocks { blockedBy[viewer, default: []].insert(settings.user) }
         }
     }
 }

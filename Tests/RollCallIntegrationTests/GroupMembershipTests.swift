@@ -91,5 +91,55 @@ extension Integration {
                 #expect(strangerTopics == ["presence/dave/"], "\(strangerTopics)")
             }
         }
+        /// Blocks between members, over the WebSocket with real tokens: once alice blocks bob, bob's group messages
+        /// and `group` reply count alice offline with the record of a bye, while carol's show alice busy.
+        @Test func blockedMemberSeesBlockerOffline() async throws {
+            try await withGateway { gateway in
+                let admin = try await gateway.client(token: gateway.token("admin", role: "operator"))
+                _ = try await admin.call(
+                    #"{"op":"group","id":"g","group":"team","members":["alice","bob","carol"]}"#, id: "g")
+                let alice = try await gateway.client(token: gateway.token("alice"))
+                _ = try await alice.call(#"{"op":"hello","id":"h","user":"alice","status":"busy"}"#, id: "h")
+                let bob = try await gateway.client(token: gateway.token("bob"))
+                let carol = try await gateway.client(token: gateway.token("carol"))
+                _ = try await carol.call(#"{"op":"hello","id":"h","user":"carol"}"#, id: "h")
+                for member in [bob, carol] {
+                    _ = try await member.call(#"{"op":"subscribe","id":"s","topics":["group/team/"]}"#, id: "s")
+                    _ = try await member.expect {
+                        $0.contains(#""topic":"group/team/""#) && $0.contains(#""online":2"#)
+                    }
+                }
+
+                _ = try await alice.call(#"{"op":"block","id":"b","user":"alice","add":["bob"]}"#, id: "b")
+                // Bob's view: the first message that shows alice offline (an earlier one may still show her busy).
+                let hidden = try await bob.expect {
+                    $0.contains(#""topic":"group/team/""#) && $0.contains(#"{"user":"alice","status":"offline""#)
+                }
+                #expect(hidden.contains(#""group":"team","online":1,"#), "\(hidden)")
+                #expect(hidden.contains(#""reason":"bye""#) && !hidden.contains(#""status":"busy""#))
+                // Carol's copy of the same message (the same group seq) shows the truth.
+                let seq = Self.groupSeq(hidden)
+                let truth = try await carol.expect {
+                    $0.contains(#""topic":"group/team/""#) && Self.groupSeq($0) == seq
+                }
+                #expect(truth.contains(#""group":"team","online":2,"#), "\(truth)")
+                #expect(truth.contains(#"{"user":"alice","status":"busy""#))
+
+                let read = try await bob.call(#"{"op":"group","id":"r","group":"team"}"#, id: "r")
+                #expect(read[JSONKey("online")]?.integer == 1)
+                guard case .object(let members)? = read[JSONKey("members")],
+                    case .object(let record)? = members[JSONKey("alice")]
+                else { throw TestFailure("no alice in \(read)") }
+                #expect(record[JSONKey("status")]?.string == "offline")
+                let carols = try await carol.call(#"{"op":"group","id":"r","group":"team"}"#, id: "r")
+                #expect(carols[JSONKey("online")]?.integer == 2)
+            }
+        }
+
+        /// The group seq of a group message frame (its last `seq`, after the changed records' own).
+        static func groupSeq(_ frame: String) -> UInt64 {
+            guard let range = frame.range(of: #""seq":"#, options: .backwards) else { return 0 }
+            return UInt64(frame[range.upperBound...].prefix { $0.isNumber }) ?? 0
+        }
     }
 }

@@ -18,6 +18,18 @@ extension BrokerMachine {
         return core.isMember(user, of: group)
     }
 
+    /// A `group` reply as `viewer` sees it (blocks between members), from the published core read in place.
+    func groupSnapshot(_ snapshot: GroupSnapshot, for viewer: UserID, now: BrokerTime) -> GroupSnapshot {
+        if case .cluster(let side) = publishing { return side.view.groupSnapshot(snapshot, for: viewer, now: now) }
+        return core.groupSnapshot(snapshot, for: viewer, now: now)
+    }
+
+    /// Whether any user blocks anyone: only then may a group message differ from one member to another.
+    var hasBlocks: Bool {
+        if case .cluster(let side) = publishing { return side.view.hasBlocks }
+        return core.hasBlocks
+    }
+
     mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
         // The settings live in this node's core; a cluster would need them in etcd to hold on every node.
         if case .cluster = publishing {

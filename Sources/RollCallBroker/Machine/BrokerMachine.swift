@@ -163,7 +163,10 @@ struct BrokerMachine {
         case .group(let group, let edit, let after):
             // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
             // members.
-            return editGroup(group, edit, after: after, now: now).map(Reply.group)
+            let result = editGroup(group, edit, after: after, now: now)
+            // A user key reads the group as its user sees it: members who block that user count as offline.
+            guard case .role(.user(let viewer)) = access else { return result.map(Reply.group) }
+            return result.map { .group(groupSnapshot($0, for: viewer, now: now)) }
         case .privacy, .contacts, .block:
             return editPrivacy(request, now: now)
         case .ungroup(let group):
