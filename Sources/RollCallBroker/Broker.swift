@@ -21,6 +21,9 @@ public final class Broker: Service, Sendable {
     public let publicKey: String?
     private let authorizedKeysPath: String?
     private let authorizedKeyCount: Int?
+    /// `--contacts-file`, read again on SIGHUP; one reload at a time, so that the loop takes them in order.
+    private let contactsFile: String?
+    private let contactsReload = Mutex<Void>(())
     /// The cluster node, on a node of a cluster: its state is readable from any thread.
     private let clusterNode: ClusterNode?
 
@@ -151,11 +154,30 @@ public final class Broker: Service, Sendable {
                 wake: { [waker] in waker.wake() })
         }
         clusterNode = cluster?.node
+        // Parsed here, before the loop exists: a file that cannot be used stops the start, naming file and line.
+        var contacts: (path: String, lists: [ContactList])?
+        if let path = configuration.contactsFile {
+            let started = ContinuousClock.now
+            switch ContactsFile.load(path: path, maxContacts: configuration.presence.maxContacts) {
+            case .success(let lists):
+                contacts = (path, lists)
+                logger.info(
+                    "contacts file read",
+                    metadata: [
+                        "file": "\(path)", "users": "\(lists.count)",
+                        "contacts": "\(lists.reduce(0) { $0 + $1.contacts.count })",
+                        "ms": "\((ContinuousClock.now - started).wholeMilliseconds)",
+                    ])
+            case .failure(let error): throw BrokerError.contactsFile(error)
+            }
+        }
+        contactsFile = configuration.contactsFile
         let eventLoop = try EventLoop(
             configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
             monitor: monitor, zap: zap, xpubMonitor: xpubMonitor, store: store, logger: logger,
             wakeLoop: { [waker] in waker.wake() },
-            mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster, logCommitted: logCommitted)
+            mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster, contacts: contacts,
+            logCommitted: logCommitted)
         presenceLog = eventLoop.history?.log
         if eventLoop.clock.isManual {
             let signal = TestClockSignal(time: eventLoop.clock.now())
@@ -215,8 +237,8 @@ public final class Broker: Service, Sendable {
 
     /// A signal the operator sent that is not a request to stop.
     public enum Signal: Sendable, Equatable {
-        /// SIGHUP: the conventional "reload". With CURVE it reloads the authorized-keys file; every other setting is
-        /// read at start.
+        /// SIGHUP: the conventional "reload". With CURVE it reloads the authorized-keys file, with `--contacts-file`
+        /// the contacts file; every other setting is read at start.
         case hangup
         /// SIGUSR1, SIGUSR2, SIGALRM: no meaning; noted so that nobody wonders whether it was seen.
         case other(String)
@@ -226,11 +248,12 @@ public final class Broker: Service, Sendable {
     public func received(_ signal: Signal) {
         switch signal {
         case .hangup:
-            guard authorizedKeysPath != nil else {
+            guard authorizedKeysPath != nil || contactsFile != nil else {
                 logger.notice("SIGHUP received: nothing to reload (settings are read at start); still running")
                 return
             }
-            _ = reloadAuthorizedKeys()
+            if authorizedKeysPath != nil { _ = reloadAuthorizedKeys() }
+            if contactsFile != nil { _ = reloadContacts() }
         case .other(let name):
             logger.notice("signal received and ignored; still running", metadata: ["signal": "\(name)"])
         }
@@ -256,6 +279,29 @@ public final class Broker: Service, Sendable {
             logger.error(
                 "SIGHUP: authorized keys NOT reloaded; the previous table stays", metadata: ["error": "\(error)"])
             return .failure(error)
+        }
+    }
+
+    /// Reads the contacts file again on the calling thread (never the loop's) and hands the lists to the loop in one
+    /// message, which applies them as op `contacts` with `set` would (BrokerMachine+Privacy.swift) and logs
+    /// "SIGHUP: contacts file reloaded". A file that cannot be read or parsed changes nothing: the error, with file
+    /// and line, is logged and returned. Safe from any thread; reloads run one at a time, in order.
+    @discardableResult
+    public func reloadContacts() -> Result<Int, ContactsFileError> {
+        guard let path = contactsFile else {
+            return .failure(ContactsFileError(path: "", line: nil, reason: "no --contacts-file"))
+        }
+        return contactsReload.withLock { _ in
+            switch ContactsFile.load(path: path, maxContacts: configuration.presence.maxContacts) {
+            case .success(let lists):
+                mailbox.post { loop in loop.loadContacts(lists, from: path, at: "SIGHUP") }
+                return .success(lists.count)
+            case .failure(let error):
+                logger.error(
+                    "SIGHUP: contacts file NOT reloaded; the previous contacts stay",
+                    metadata: ["error": "\(error)"])
+                return .failure(error)
+            }
         }
     }
 
@@ -322,6 +368,8 @@ public enum BrokerError: Error, CustomStringConvertible {
     case finalWriteFailed
     /// CURVE was asked for and this libzmq was built without it.
     case curveUnavailable
+    /// `--contacts-file` cannot be used (unreadable, or a line at fault).
+    case contactsFile(ContactsFileError)
 
     public var description: String {
         switch self {
@@ -329,6 +377,7 @@ public enum BrokerError: Error, CustomStringConvertible {
         case .alreadyRan: "a broker runs only once"
         case .finalWriteFailed: "the last changes could not be written to the store (see the log)"
         case .curveUnavailable: "CURVE is configured but this libzmq was built without it (zmq_has(\"curve\") is 0)"
+        case .contactsFile(let error): "--contacts-file \(error)"
         }
     }
 }

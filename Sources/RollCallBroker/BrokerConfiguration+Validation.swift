@@ -107,6 +107,10 @@ extension BrokerConfiguration {
                         + "give --curve-secret-key-file and --authorized-keys (docs/security.md), or --insecure")
             }
         }
+        if contactsFile != nil && cluster != nil {
+            // Contacts live in one broker's core; a node of a cluster answers op `contacts` with unknown_op.
+            throw ConfigurationError("--contacts-file", "is not available with --cluster (docs/privacy.md)")
+        }
         try validateWebSocket()
         try validateCluster()
         guard p.heartbeatMilliseconds < p.defaultTTLMilliseconds else {

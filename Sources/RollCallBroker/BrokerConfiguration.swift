@@ -75,6 +75,9 @@ public struct BrokerConfiguration: Sendable {
     /// A node of a cluster on etcd (docs/cluster.md); `nil` for a single broker, the default. A node keeps its state
     /// in etcd, not in a data directory.
     public var cluster: ClusterSettings?
+    /// The app backend's social graph (`--contacts-file`, docs/privacy.md): one `user: contact, contact, …` per
+    /// line, read at start and again on SIGHUP; `nil`: contacts come only from op `contacts`.
+    public var contactsFile: String?
 
     public init() {}
 

@@ -78,7 +78,8 @@ extension EventLoop {
     func subscribe(
         _ id: ConnectionID, to topics: [Topic], requestID: JSON?, missed: [LogEntry]? = nil
     ) {
-        switch gateway.subscribe(id, to: topics, maxTopics: configuration.webSocket.maxSubscriptions) {
+        let maxTopics = configuration.webSocket.maxSubscriptions
+        switch gateway.subscribe(id, to: topics, maxTopics: maxTopics, isMember: { machine.isMember($0, of: $1) }) {
         case nil: return
         case .failure(let error)?:
             if error.code == .forbidden { metrics.refusedSubscription() }

@@ -38,6 +38,27 @@ extension EventLoop {
         }
     }
 
+    /// A group message to the group's WebSocket subscribers while some user blocks someone: a subscriber whose user
+    /// is blocked by a member gets the message as it sees it (those members offline, their records its views);
+    /// every other subscriber gets `body`, the shared encoding.
+    func deliverGroupViews(_ update: GroupUpdate, body: [UInt8], now: BrokerTime) {
+        guard !gateway.hasNoSubscribers else { return }
+        let topic = Topic.group(update.group).bytes
+        guard let receivers = gateway.receivers(of: topic).exact else { return }
+        let shared = Codec.encodeUpdate(topic: topic, body: body)
+        let core = machine.published
+        for id in receivers {
+            if let viewer = viewer(of: id) {
+                let shown = core.groupUpdate(update, for: viewer, now: now)
+                if shown != update {
+                    deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeGroupUpdate(shown)), to: id)
+                    continue
+                }
+            }
+            deliver(shared, to: id)
+        }
+    }
+
     /// After a privacy change: each WebSocket subscriber of the user whose view changed gets the new view at once
     /// (the bye record when it lost sight, the current record when it got sight back).
     func resendViews(since before: PrivacySnapshot) {
@@ -67,6 +88,26 @@ extension EventLoop {
         for case .presence(let user) in topics where core.restricts(user) && !core.sight(of: user, by: viewer).status {
             let view = core.view(of: user, for: viewer, now: clock.now())
             deliver(Codec.encodeUpdate(topic: Topic.presence(user).bytes, body: Codec.encodeRecord(view)), to: id)
+        }
+    }
+
+    /// Applies a contacts file read off the loop (``Broker/reloadContacts()``): each WebSocket subscriber whose view
+    /// changed gets its new view at once. A file the machine refuses changes nothing.
+    func loadContacts(_ lists: [ContactList], from path: String, at reason: String) {
+        let started = ContinuousClock.now
+        switch machine.loadContacts(lists, now: clock.now()) {
+        case .success(let changed):
+            carryOutEffects()
+            logger.notice(
+                "\(reason): contacts file reloaded",
+                metadata: [
+                    "file": "\(path)", "users": "\(lists.count)", "changed": "\(changed)",
+                    "ms": "\((ContinuousClock.now - started).wholeMilliseconds)",
+                ])
+        case .failure(let refusal):
+            logger.error(
+                "\(reason): contacts file NOT reloaded; the previous contacts stay",
+                metadata: ["file": "\(path)", "error": "\(refusal.message)"])
         }
     }
 }

@@ -84,7 +84,8 @@ extension EventLoop {
         }
         var allowed = true
         if case .subscribe = message {
-            allowed = Authorization.allowsSubscription(to: topic, by: access(userID: frame.userID))
+            allowed = Authorization.allowsSubscription(
+                to: topic, by: access(userID: frame.userID), isMember: { machine.isMember($0, of: $1) })
         }
         switch subscriptionGate.decide(message, allowed: allowed) {
         case .ignore where message == .other:

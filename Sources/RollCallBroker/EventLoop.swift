@@ -70,7 +70,8 @@ final class EventLoop {
         configuration: BrokerConfiguration, epoch: String, router: Socket, xpub: Socket, wake: Socket,
         monitor: Socket, zap: Socket? = nil, xpubMonitor: Socket? = nil, store: (any PresenceStore)?, logger: Logger,
         wakeLoop: @escaping @Sendable () -> Void, mailbox: LoopMailbox, heartbeat: LoopHeartbeat,
-        cluster: ClusterLink? = nil, logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in }
+        cluster: ClusterLink? = nil, contacts: (path: String, lists: [ContactList])? = nil,
+        logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in }
     ) throws {
         self.cluster = cluster
         subscribedTopics = TopicCounts(manual: configuration.curve?.authorizedKeys != nil)
@@ -131,6 +132,16 @@ final class EventLoop {
             configuration: configuration, epoch: epoch, core: core, publishing: publishing,
             logsSessionSteps: logger.logLevel <= .debug)
         machine.logEpoch = history?.epoch
+        if let contacts {
+            // After the kept state: the file wins for the users it lists. Nobody is subscribed yet, so the views
+            // it changes reach no one.
+            if case .failure(let refusal) = machine.loadContacts(contacts.lists, now: clock.now()) {
+                throw BrokerError.contactsFile(
+                    ContactsFileError(path: contacts.path, line: nil, reason: refusal.message))
+            }
+            machine.effects.removeAll()
+            logger.info("contacts file loaded", metadata: ["file": "\(contacts.path)"])
+        }
     }
 
     /// Turns until `stopping` is set, then writes the last changes and closes the sockets. Throws if the loop
@@ -314,7 +325,14 @@ final class EventLoop {
             if index > 0 {
                 part.seq = machine.issueGroupSeq(update.group, now: now)
             }
-            send(topic, Codec.encodeGroupUpdate(part, recordCache: &recordCache))
+            let body = Codec.encodeGroupUpdate(part, recordCache: &recordCache)
+            if machine.hasBlocks {
+                // The WebSocket subscribers get their own views (EventLoop+Privacy.swift).
+                enqueue(topic.bytes, .bytes(body), toGateway: false)
+                deliverGroupViews(part, body: body, now: now)
+            } else {
+                send(topic, body)
+            }
         }
     }
 }

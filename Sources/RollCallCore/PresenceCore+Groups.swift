@@ -28,6 +28,9 @@ extension PresenceCore {
     /// The groups `user` is in, sorted.
     public func groups(of user: UserID) -> [GroupID] { memberships[user]?.sorted() ?? [] }
 
+    /// Whether `user` is a member of `group` (a `user` key reads only its user's groups).
+    public func isMember(_ user: UserID, of group: GroupID) -> Bool { memberships[user]?.contains(group) == true }
+
     /// The number of groups and of memberships over all groups.
     public var groupCount: Int { groups.count }
     public var membershipCount: Int { membershipTotal }
@@ -173,6 +176,25 @@ extension PresenceCore {
             }
             state.changed.insert(user)
             groups[id] = state
+            scheduleFlush(id, now: now)
+        }
+    }
+
+    /// `user` blocked or unblocked the viewers in `toggled` (`blocked`: whom it blocks now): keeps ``blockedBy``, and
+    /// in every group of `user` that one of them is a member of, notes `user` as changed, so that the group's next
+    /// message (within a window) gives those members their new view of `user` (PresenceCore+GroupBlocks.swift).
+    mutating func noteBlocks(by user: UserID, toggled: Set<UserID>, blocked: Set<UserID>, now: BrokerTime) {
+        for viewer in toggled {
+            if blocked.contains(viewer) {
+                blockedBy[viewer, default: []].insert(user)
+            } else {
+                blockedBy[viewer]?.remove(user)
+                if blockedBy[viewer]?.isEmpty == true { blockedBy[viewer] = nil }
+            }
+        }
+        guard let ids = memberships[user] else { return }
+        for id in ids where toggled.contains(where: { memberships[$0]?.contains(id) == true }) {
+            groups[id]?.changed.insert(user)
             scheduleFlush(id, now: now)
         }
     }

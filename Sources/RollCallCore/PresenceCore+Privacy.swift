@@ -75,10 +75,39 @@ extension PresenceCore {
         let state = privacy[user] ?? PrivacyState()
         let result = edited(state.contacts, edit, of: user, what: "contacts")
         guard case .success(let contacts) = result else { return result.map(\.count) }
+        setContacts(user, to: contacts, now: now)
+        return .success(contacts.count)
+    }
+
+    /// The first list of a contacts file that op `contacts` would refuse as a `set` (`limit` past
+    /// ``Configuration/maxContacts``, `bad_request` for the user in its own list), or `nil`. A file is checked
+    /// whole before any list of it is applied, so that a load is all or nothing.
+    public func refusal(ofContacts lists: [ContactList]) -> PresenceError? {
+        let limit = configuration.maxContacts
+        for list in lists {
+            if list.contacts.count > limit {
+                return PresenceError(
+                    .limit, "\(list.user) would have \(list.contacts.count) contacts; at most \(limit)")
+            }
+            if list.contacts.contains(list.user) {
+                return PresenceError(.badRequest, "\(list.user) cannot be in their own contacts")
+            }
+        }
+        return nil
+    }
+
+    /// Whether `user`'s contacts are exactly `contacts`: setting them again changes nothing.
+    public func hasContacts(_ user: UserID, equalTo contacts: Set<UserID>) -> Bool {
+        (privacy[user]?.contacts ?? []) == contacts
+    }
+
+    /// Sets the contacts of `user` from a list already checked (``refusal(ofContacts:)``): what op `contacts` with
+    /// `set` does after its checks, without building the set again.
+    public mutating func setContacts(_ user: UserID, to contacts: Set<UserID>, now: BrokerTime) {
+        let state = privacy[user] ?? PrivacyState()
         change(user, now: now, candidates: state.contacts.union(contacts).union(state.blocks)) {
             $0.contacts = contacts
         }
-        return .success(contacts.count)
     }
 
     /// Edits the users `user` blocks (only `add` and `remove`; `set` is refused with `bad_request`). A blocked
@@ -165,6 +194,8 @@ extension PresenceCore {
         state.mask = mask
         privacy[user] = state.isEmpty ? nil : state
         if tracksChanges { changedPrivacy.insert(user) }
+        let toggled = before.blocks.symmetricDifference(state.blocks)
+        if !toggled.isEmpty { noteBlocks(by: user, toggled: toggled, blocked: state.blocks, now: now) }
     }
 
     /// The record `user` would get if every visible session said `bye` at `time`, with `seq`; `nil` for a user
@@ -264,6 +295,7 @@ extension PresenceCore {
             for entry in settings.frozen { state.frozen[entry.viewer] = entry.record }
             state.seq = users[settings.user]?.seq ?? 0
             privacy[settings.user] = state
+            for viewer in settings.blocks { blockedBy[viewer, default: []].insert(settings.user) }
         }
     }
 }

@@ -95,6 +95,8 @@ public struct PresenceCore: Sendable {
     var privacy: [UserID: PrivacyState] = [:]
     /// Users whose privacy settings changed since the store was last given them.
     var changedPrivacy: Set<UserID> = []
+    /// Blocks the other way round: for each blocked viewer, the users who block it (PresenceCore+GroupBlocks.swift).
+    var blockedBy: [UserID: Set<UserID>] = [:]
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration

@@ -35,18 +35,22 @@ public enum Access: Equatable, Sendable {
 /// |---|---|---|---|
 /// | `hello` for user X | X = U | yes | no |
 /// | `heartbeat`, `status`, `bye` | U's sessions | yes | no |
-/// | `query`, `ping`, `history`, `group` that only reads | yes | yes | yes |
+/// | `query`, `ping`, `history` | yes | yes | yes |
+/// | `group` that only reads | groups U is a member of | yes | yes |
 /// | `events` (every user's transitions) | no | yes | yes |
 /// | `group` that edits, `ungroup`, `advance` | no | yes | no |
 /// | `privacy`, `block` for user X | X = U | yes | no |
 /// | `contacts` | no | yes | no |
 ///
-/// Pure: the caller says whose a session is.
+/// Pure: the caller says whose a session is, and who is a member of which group.
 public enum Authorization {
     /// Why `access` may not make `request`, or `nil` when it may. `owner` names the user of a live session, or `nil`
-    /// for a session that does not exist (the request then goes on, and fails as `unknown_session`).
+    /// for a session that does not exist (the request then goes on, and fails as `unknown_session`). `isMember`
+    /// says whether a user is a member of a group (a `user` key reads only its user's groups); without it, no one
+    /// is.
     public static func refusal(
-        of request: Request, by access: Access, owner: (SessionID) -> UserID?
+        of request: Request, by access: Access, owner: (SessionID) -> UserID?,
+        isMember: (UserID, GroupID) -> Bool = { _, _ in false }
     ) -> PresenceError? {
         let role: Role
         switch access {
@@ -62,7 +66,9 @@ public enum Authorization {
             // Every user's transitions: the feed of the app's backend, not of one user's key.
             if case .user = role { return forbidden(role, "events") }
             return nil
-        case .group(_, let edit, _) where edit.isReadOnly:
+        case .group(let group, let edit, _) where edit.isReadOnly:
+            // The backend that made the group decided who shares presence in it: its members (docs/privacy.md).
+            if case .user(let own) = role, !isMember(own, group) { return notMember(own, group) }
             return nil
         case .hello(let hello):
             if case .user(let own) = role, own != hello.user {
@@ -93,19 +99,31 @@ public enum Authorization {
     }
 
     /// Whether a subscription to `prefix` (the bytes after the XPUB's subscribe byte) is applied for `access`.
-    /// Exact topics (`presence/<user>/`, `group/<id>/`, `broker/`) are open to every role; any other prefix
-    /// (`presence/`, `group/`, `presence/al`, the empty prefix) only to operators and readers, whose job is to
-    /// watch everyone.
-    public static func allowsSubscription(to prefix: some Collection<UInt8>, by access: Access) -> Bool {
+    /// Exact topics (`presence/<user>/`, `broker/`) are open to every role, and `group/<id>/` to the group's members
+    /// (`isMember`; without it, no one is); any other prefix (`presence/`, `group/`, `presence/al`, the empty
+    /// prefix) only to operators and readers, whose job is to watch everyone.
+    public static func allowsSubscription(
+        to prefix: some Collection<UInt8>, by access: Access, isMember: (UserID, GroupID) -> Bool = { _, _ in false }
+    ) -> Bool {
         switch access {
         case .open, .role(.operator), .role(.reader): return true
         case .revoked: return false
-        case .role(.user):
+        case .role(.user(let own)):
             switch Topic(subscription: prefix) {
-            case .presence, .group, .broker: return true
+            case .presence, .broker: return true
+            case .group(let group): return isMember(own, group)
             case .allPresence, nil: return false
             }
         }
+    }
+
+    /// The refusal of a group read by a `user` key whose user is not a member. The same for a group that does not
+    /// exist, so that the answer tells a non-member nothing about the group.
+    public static func notMember(_ user: UserID, _ group: GroupID) -> PresenceError {
+        PresenceError(
+            .forbidden,
+            "reading group \(group) is not allowed for this key: a key or token of user \(user) reads only the "
+                + "groups \(user) is a member of")
     }
 
     private static func forbidden(_ role: Role, _ what: String) -> PresenceError {
@@ -113,7 +131,7 @@ public enum Authorization {
             switch role {
             case .user(let user):
                 "a key of user \(user) may say hello as \(user), touch \(user)'s sessions, set \(user)'s privacy "
-                    + "and blocks, and read (query, ping, history, reading groups, exact topics)"
+                    + "and blocks, and read (query, ping, history, reading \(user)'s groups, exact topics)"
             case .reader: "a reader key may only read (query, ping, history, events, reading groups, any subscription)"
             case .operator: "an operator key may do everything"
             }

@@ -109,13 +109,13 @@ public final class RollCallServer: Sendable {
 
     /// A signal that is not a request to stop. SIGHUP re-reads `--jwt-key-file` and fetches the JWKS URL's keys
     /// again (a file that cannot be used keeps the old keys, logged), then goes to the broker, which reloads the
-    /// authorized-keys file with CURVE. Safe from any task.
+    /// authorized-keys file with CURVE and the contacts file with `--contacts-file`. Safe from any task.
     public func received(_ signal: Broker.Signal) async {
         if signal == .hangup, let verifier {
             await verifier.reloadKeyFile()
             await verifier.jwksSource?.refreshNow()
-            // Without CURVE the broker would log that nothing was reloaded.
-            guard configuration.broker.curve != nil else { return }
+            // Without CURVE or a contacts file the broker would log that nothing was reloaded.
+            guard configuration.broker.curve != nil || configuration.broker.contactsFile != nil else { return }
         }
         broker.received(signal)
     }

@@ -124,6 +124,12 @@ struct Serve: AsyncParsableCommand {
     )
     var maxContacts: Int?
 
+    @Option(
+        help:
+            "The app backend's contacts, one 'user: contact, contact' per line; read at start and on SIGHUP (docs/privacy.md). Env: ROLLCALL_CONTACTS_FILE. Default: none."
+    )
+    var contactsFile: String?
+
     @Option(help: "Groups in the broker. Env: ROLLCALL_MAX_GROUPS. Default: \(defaults.presence.maxGroups).")
     var maxGroups: Int?
 
@@ -269,6 +275,7 @@ struct Serve: AsyncParsableCommand {
             groupBatchMs, "ROLLCALL_GROUP_BATCH_MS", default: c.presence.groupBatchMilliseconds)
         c.presence.maxGroupSize = try setting(maxGroupSize, "ROLLCALL_MAX_GROUP_SIZE", default: c.presence.maxGroupSize)
         c.presence.maxContacts = try setting(maxContacts, "ROLLCALL_MAX_CONTACTS", default: c.presence.maxContacts)
+        c.contactsFile = contactsFile ?? environment["ROLLCALL_CONTACTS_FILE"]
         c.presence.maxGroups = try setting(maxGroups, "ROLLCALL_MAX_GROUPS", default: c.presence.maxGroups)
         c.presence.maxMemberships = try setting(
             maxMemberships, "ROLLCALL_MAX_MEMBERSHIPS", default: c.presence.maxMemberships)
@@ -335,6 +342,10 @@ struct Serve: AsyncParsableCommand {
         do {
             server = try await RollCallServer(
                 configuration, logger: logger, metrics: exporter, environment: ProcessInfo.processInfo.environment)
+        } catch BrokerError.contactsFile(let error) {
+            // A file that cannot be used is a usage error (64), as a bad authorized-keys file is.
+            _ = fail(BrokerError.contactsFile(error))
+            throw ExitCode(64)
         } catch {
             throw fail(error)
         }

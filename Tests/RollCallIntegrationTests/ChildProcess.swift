@@ -74,6 +74,16 @@ final class ChildProcess: Sendable {
         throw TestFailure("no output containing \(text) within \(timeout) ms; stdout: \(stdout) stderr: \(stderr)")
     }
 
+    /// Waits until standard error holds `text` at least `count` times (a log line written once per event); throws
+    /// after `timeout` ms.
+    func waitForStderr(containing text: String, count: Int, timeout: Int = 5_000) throws {
+        let deadline = DispatchTime.now() + .milliseconds(timeout)
+        repeat {
+            if stderr.components(separatedBy: text).count - 1 >= count { return }
+        } while changed.wait(timeout: deadline) == .success
+        throw TestFailure("stderr does not hold \(text) \(count) times within \(timeout) ms; stderr: \(stderr)")
+    }
+
     /// Waits for the process to exit and returns its status, or `nil` if it is still running after `timeout` ms.
     /// Once it has exited, also waits (at most 2 s) until everything it wrote has been read, so that `stdout` and
     /// `stderr` are complete.

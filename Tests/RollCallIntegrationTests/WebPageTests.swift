@@ -27,7 +27,8 @@ extension Integration {
                 ).session
                 _ = try client.hello(.init(user: "carol".id, status: .away, ttlMilliseconds: 60_000))
                 try client.bye(try client.hello(.init(user: "dave".id)).session)
-                let token = try await gateway.token("viewer")
+                // A member (erin stays offline): a user token reads only its user's groups (docs/privacy.md).
+                let token = try await gateway.token("erin")
                 let page =
                     root.appendingPathComponent("index.html").absoluteString
                     + "?ws=\(gateway.url)&token=\(token)&group=team"

@@ -11,6 +11,25 @@ extension BrokerMachine {
         return core.restricts(user)
     }
 
+    /// Whether `user` is a member of `group` in the published core (a `user` key reads only its user's groups), read
+    /// in place as ``restricts(_:)`` is.
+    func isMember(_ user: UserID, of group: GroupID) -> Bool {
+        if case .cluster(let side) = publishing { return side.view.isMember(user, of: group) }
+        return core.isMember(user, of: group)
+    }
+
+    /// A `group` reply as `viewer` sees it (blocks between members), from the published core read in place.
+    func groupSnapshot(_ snapshot: GroupSnapshot, for viewer: UserID, now: BrokerTime) -> GroupSnapshot {
+        if case .cluster(let side) = publishing { return side.view.groupSnapshot(snapshot, for: viewer, now: now) }
+        return core.groupSnapshot(snapshot, for: viewer, now: now)
+    }
+
+    /// Whether any user blocks anyone: only then may a group message differ from one member to another.
+    var hasBlocks: Bool {
+        if case .cluster(let side) = publishing { return side.view.hasBlocks }
+        return core.hasBlocks
+    }
+
     mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
         // The settings live in this node's core; a cluster would need them in etcd to hold on every node.
         if case .cluster = publishing {
@@ -34,5 +53,23 @@ extension BrokerMachine {
         }
         if case .success = result { effects.append(.resendViews(before)) }
         return result
+    }
+
+    /// A contacts file (`--contacts-file`, read at start and on SIGHUP): sets the contacts of every user it lists, as
+    /// op `contacts` with `set` would, and each WebSocket subscriber of such a user whose view changed gets its new
+    /// view at once. Users the file does not list keep theirs. Checked whole first: a list the core would refuse
+    /// refuses the file, changing nothing. Answers how many users' contacts changed.
+    mutating func loadContacts(_ lists: [ContactList], now: BrokerTime) -> Result<Int, PresenceError> {
+        if case .cluster = publishing {
+            return .failure(PresenceError(.unknownOp, "contacts are not available on a node of a cluster"))
+        }
+        if let refusal = core.refusal(ofContacts: lists) { return .failure(refusal) }
+        var changed = 0
+        for list in lists where !core.hasContacts(list.user, equalTo: list.contacts) {
+            effects.append(.resendViews(core.privacySnapshot(of: list.user, now: now)))
+            core.setContacts(list.user, to: list.contacts, now: now)
+            changed += 1
+        }
+        return .success(changed)
     }
 }

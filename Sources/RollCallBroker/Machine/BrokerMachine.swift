@@ -81,7 +81,9 @@ struct BrokerMachine {
     mutating func handle(
         _ request: Request, connection: ConnectionID?, access: Access, now: BrokerTime
     ) -> Answer {
-        if let refusal = Authorization.refusal(of: request, by: access, owner: { core.user(of: $0) }) {
+        if let refusal = Authorization.refusal(
+            of: request, by: access, owner: { core.user(of: $0) }, isMember: { isMember($0, of: $1) })
+        {
             return .reply(.failure(refusal))
         }
         if case .advance(let milliseconds) = request {
@@ -161,7 +163,10 @@ struct BrokerMachine {
         case .group(let group, let edit, let after):
             // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
             // members.
-            return editGroup(group, edit, after: after, now: now).map(Reply.group)
+            let result = editGroup(group, edit, after: after, now: now)
+            // A user key reads the group as its user sees it: members who block that user count as offline.
+            guard case .role(.user(let viewer)) = access else { return result.map(Reply.group) }
+            return result.map { .group(groupSnapshot($0, for: viewer, now: now)) }
         case .privacy, .contacts, .block:
             return editPrivacy(request, now: now)
         case .ungroup(let group):

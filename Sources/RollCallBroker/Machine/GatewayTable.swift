@@ -29,16 +29,25 @@ struct GatewayTable {
     var hasNoSubscribers: Bool { subscribers.isEmpty && allPresence.isEmpty }
 
     /// Subscribes `id` to every topic of `topics` its token allows, or to none: `forbidden` if one is not allowed
-    /// (a `user` token subscribes to exact topics only), `limit` past `maxTopics` per connection. On success, the
-    /// topics that are new for it, in the order asked (each gets its last value). `nil` for an unknown connection.
-    mutating func subscribe(_ id: ConnectionID, to topics: [Topic], maxTopics: Int) -> Result<[Topic], PresenceError>? {
+    /// (a `user` token subscribes to exact topics only, and to the groups its user is a member of, per `isMember`),
+    /// `limit` past `maxTopics` per connection. On success, the topics that are new for it, in the order asked (each
+    /// gets its last value). `nil` for an unknown connection.
+    mutating func subscribe(
+        _ id: ConnectionID, to topics: [Topic], maxTopics: Int,
+        isMember: (UserID, GroupID) -> Bool = { _, _ in false }
+    ) -> Result<[Topic], PresenceError>? {
         guard var peer = peers[id] else { return nil }
-        if let refused = topics.first(where: { !Authorization.allowsSubscription(to: $0.bytes, by: peer.access) }) {
+        if let refused = topics.first(where: {
+            !Authorization.allowsSubscription(to: $0.bytes, by: peer.access, isMember: isMember)
+        }) {
+            if case .group(let group) = refused, case .role(.user(let user)) = peer.access {
+                return .failure(Authorization.notMember(user, group))
+            }
             return .failure(
                 PresenceError(
                     .forbidden,
                     "subscribing to \(refused.text) is not allowed for this token: a user token may subscribe "
-                        + "to exact topics only (presence/<user>/, group/<id>/, broker/)"))
+                        + "to exact topics only (presence/<user>/, group/<id>/ of its groups, broker/)"))
         }
         var new: [Topic] = []
         var seen = Set<[UInt8]>()

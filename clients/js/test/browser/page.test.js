@@ -46,7 +46,7 @@ test("the example page shows the group live, and comes back with current data af
 
   const url = `ws://127.0.0.1:${proxy.port}/v1/ws`;
   const page = await browser.open(
-    `${server.base}/docs/examples/web/index.html?ws=${encodeURIComponent(url)}&token=${broker.token("viewer")}&group=team`);
+    `${server.base}/docs/examples/web/index.html?ws=${encodeURIComponent(url)}&token=${broker.token("erin")}&group=team`); // erin: a member
   const text = () => page.eval(PAGE_TEXT);
   const shows = (...parts) =>
     page.waitFor(`${JSON.stringify(parts)}.every((part) => (${PAGE_TEXT}).includes(part))`, `the page to show ${parts.join(" | ")}`);

@@ -83,7 +83,7 @@ describe("against a test-mode broker", () => {
     await operator.group("team", { members: ["g-alice", "g-bob", "g-carol", "g-dave", "g-erin"] });
     await as("g-alice").online({ user: "g-alice" });
     await as("g-bob").online({ user: "g-bob", status: "busy" });
-    const viewer = as("viewer3");
+    const viewer = as("g-erin"); // a member (a user token reads only its user's groups); erin stays offline
     const seen = new Recorder();
     const stop = viewer.followGroup("team", seen.fn);
     const view = await seen.find((g) => g.members && g.online === 2, "the group read");
@@ -125,7 +125,7 @@ describe("against a test-mode broker", () => {
     const defined = await operator.group("big", { members });
     assert.equal(Object.keys(defined.members).length, 700, "before: the first page only (about 600)");
     assert.equal(defined.next, undefined);
-    const viewer = as("big-viewer");
+    const viewer = as("p0000"); // a member: a user token reads only its user's groups
     const changes = [];
     viewer.store.subscribe((change) => changes.push(change));
     const seen = new Recorder();
