@@ -146,6 +146,8 @@ extension BrokerMachine {
             guard let id = GroupID(validating: group) else { return }
             let actions = withPublished { $0.ungroup(id, now: now).actions }
             publish(actions, now: now)
+        case .lossStamped, .lossStampDeleted:
+            break  // not used yet: every node stamps a loss with its own time
         case .incarnationStarted(let incarnation, _, _):
             effects.append(.notice("cluster node joined", ["incarnation": "\(incarnation)"]))
         case .incarnationEnded(let incarnation, _):
