@@ -474,7 +474,10 @@ public final class ClusterNode: Sendable {
                 }
                 let result = try client.txn(
                     compare: conditions, success: batch.flatMap { operations(for: $0) })
-                perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
+                // A transaction whose condition failed wrote nothing: no revision of its own to expect back.
+                if result.succeeded || conditions.isEmpty {
+                    perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
+                }
                 return .written
             } catch let error as EtcdError where error.isUnavailable {
                 perform(membership.handle(.callFailed(nowMs: sent)))
