@@ -303,13 +303,115 @@ struct BrokerMachineClusterTests {
         #expect(ClusterValues.decodeEnding(user.record)?.reason == .closed)
     }
 
-    /// The sessions of a lost node end on this node's view with reason `node_lost`.
-    @Test func lostNodesSessionsEnd() {
+    /// The stamp of a lost incarnation's end, as etcd's revision `revision` brings it.
+    static func stamp(_ time: BrokerTime, revision: Int64) -> ClusterReplica.Change {
+        .lossStamped(
+            incarnation, value: ClusterValues.encode(ClusterValues.Ending(reason: .nodeLost, time: time)),
+            revision: revision)
+    }
+
+    /// The stamp writes among the effects.
+    static func stampWrites(_ effects: [BrokerMachine.Effect]) -> [(ClusterKeys.Incarnation, ClusterValues.Ending?)] {
+        writes(effects).compactMap {
+            if case .stampLoss(let lost, let ending) = $0 { (lost, ClusterValues.decodeEnding(ending)) } else { nil }
+        }
+    }
+
+    /// The sessions of a lost node end with reason `node_lost` and the seq of the loss's revision, at the time
+    /// stamped in etcd, not at this node's: the node asks etcd to stamp the loss with its time and publishes
+    /// nothing until a stamp comes back.
+    @Test func lostNodesSessionsEndAtTheStampInEtcd() throws {
         var node = Scripted(cluster: true)
         let key = Self.carolOnline(on: &node)
         node.machine.applyClusterChanges([.sessionEnded(key, .nodeLost, revision: 50)], now: node.now)
+        let effects = node.effects()
+        #expect(!Self.hasPublication(effects))
+        let asked = Self.stampWrites(effects)
+        #expect(asked.count == 1)
+        #expect(asked.first?.0 == Self.incarnation)
+        #expect(asked.first?.1 == ClusterValues.Ending(reason: .nodeLost, time: node.now))
+        // Another node's stamp, 7 ms earlier than this node's clock, wins.
+        let stamped = node.now + -7
+        node.now = node.now + 3
+        node.machine.applyClusterChanges([Self.stamp(stamped, revision: 51)], now: node.now)
         let records = node.published()
         #expect(records.map(\.reason) == [.nodeLost])
-        #expect(records.first?.seq == 1_050)
+        let record = try #require(records.first)
+        #expect(record.seq == 1_050)
+        #expect(record.since == stamped)
+        #expect(record.lastSeen == stamped)
+    }
+
+    /// Two nodes whose clocks differ by 11 ms, fed the same etcd history (the loss, then the stamp the first of
+    /// them wrote), publish identical records: the one that lost the race adopts the winner's time.
+    @Test func twoNodesFedTheSameHistoryPublishTheSameRecord() throws {
+        var first = Scripted(cluster: true)
+        var second = Scripted(cluster: true)
+        second.now = first.now + 11
+        var asked: [ClusterValues.Ending?] = []
+        for index in 0..<2 {
+            var node = index == 0 ? first : second
+            let key = Self.carolOnline(on: &node)
+            node.machine.applyClusterChanges([.sessionEnded(key, .nodeLost, revision: 50)], now: node.now)
+            asked += Self.stampWrites(node.effects()).map(\.1)
+            if index == 0 { first = node } else { second = node }
+        }
+        #expect(asked.count == 2 && asked[0] != asked[1])
+        // etcd took the first node's stamp; the second node's transaction changed nothing.
+        let winner = try #require(asked[0]).time
+        first.machine.applyClusterChanges([Self.stamp(winner, revision: 51)], now: first.now + 2)
+        second.machine.applyClusterChanges([Self.stamp(winner, revision: 51)], now: second.now + 1)
+        let records = [first.published(), second.published()]
+        #expect(records[0].count == 1)
+        #expect(records[0] == records[1])
+        #expect(records[0].first?.since == winner && records[0].first?.lastSeen == winner)
+        #expect(records[0].first?.reason == .nodeLost)
+    }
+
+    /// Changes after a loss wait with it for its stamp, so that every user's records keep etcd's order; the stamp
+    /// may come in the same batch as they do.
+    @Test func changesAfterALossWaitForItsStamp() throws {
+        var node = Scripted(cluster: true)
+        let key = Self.carolOnline(on: &node)
+        let dave = ClusterKeys.SessionKey(incarnation: ClusterKeys.Incarnation(node: "n3", lease: 9), id: "1")
+        let daveOnline = ClusterValues.encode(
+            PresenceCore.SessionDescription(user: "dave".id, status: .online), at: BrokerTime(milliseconds: 20))
+        node.machine.applyClusterChanges(
+            [.sessionEnded(key, .nodeLost, revision: 50), .sessionPut(dave, value: daveOnline, revision: 51)],
+            now: node.now)
+        #expect(!Self.hasPublication(node.effects()))
+        let stamped = node.now + -1
+        node.machine.applyClusterChanges(
+            [
+                .sessionPut(dave, value: daveOnline.replacingOccurrences(of: "online", with: "busy"), revision: 52),
+                Self.stamp(stamped, revision: 53),
+            ], now: node.now)
+        let records = node.published()
+        #expect(records.map(\.user) == ["carol".id, "dave".id, "dave".id])
+        #expect(records.map(\.seq) == [1_050, 1_051, 1_052])
+        #expect(records.first?.since == stamped)
+    }
+
+    /// A node that gets no stamp (it cannot write to etcd or read it back) holds the loss's ends for the wait only,
+    /// then ends them at the time it proposed, with a warning: nobody stays online for ever.
+    @Test func withoutAStampTheEndsComeAfterTheWait() throws {
+        var node = Scripted(cluster: true)
+        let key = Self.carolOnline(on: &node)
+        let proposed = node.now
+        node.machine.applyClusterChanges([.sessionEnded(key, .nodeLost, revision: 50)], now: node.now)
+        _ = node.effects()
+        #expect(node.machine.nextDeadline == proposed + 1_000)
+        node.advance(999)
+        #expect(!Self.hasPublication(node.effects()))
+        node.advance(1)
+        let effects = node.effects()
+        let records = effects.compactMap { if case .publish(let record) = $0 { record } else { nil } }
+        #expect(records.map(\.reason) == [.nodeLost])
+        #expect(records.first?.since == proposed && records.first?.seq == 1_050)
+        #expect(effects.contains { if case .warning = $0 { true } else { false } })
+        #expect(node.machine.nextDeadline == nil)
+        // A stamp that comes later changes nothing already published.
+        node.machine.applyClusterChanges([Self.stamp(proposed + -5, revision: 51)], now: node.now)
+        #expect(!Self.hasPublication(node.effects()))
     }
 }

@@ -168,6 +168,38 @@ extension EtcdBacked {
             }
         }
 
+        /// Two nodes stamp one loss with different times: etcd keeps the first (its transaction succeeds only if no
+        /// stamp is there), the second's transaction changes nothing, and both nodes read the first back through the
+        /// watch, once. The stamp is under its writer's lease.
+        @Test func theFirstStampOfALossWins() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let nodes = try await startNodes(["a", "b"], on: cluster)
+            defer { nodes.forEach { $0.node.stop() } }
+            let lost = ClusterKeys.Incarnation(node: "z", lease: 42)
+            func stamps(_ recorder: NodeRecorder) -> [String] {
+                recorder.changes.compactMap {
+                    if case .lossStamped(lost, let value, _) = $0.change { value } else { nil }
+                }
+            }
+            nodes[0].node.write(.stampLoss(lost, ending: "first"))
+            for running in nodes {
+                try await running.recorder.wait(for: "the first stamp") { _ in !stamps(running.recorder).isEmpty }
+            }
+            // The second stamp is sent before the user's key queued after it: once that key is back, it was sent.
+            nodes[1].node.write(.stampLoss(lost, ending: "second"))
+            nodes[1].node.write(.putUser(id: "after", record: "x"))
+            for running in nodes {
+                try await running.recorder.wait(for: "the write after the second stamp") {
+                    if case .userPut("after", _, _) = $0 { true } else { false }
+                }
+                #expect(stamps(running.recorder) == ["first"])
+            }
+            let stored = try await offThread { try cluster.client().range(ClusterKeys().key(.lost(lost))) }
+            #expect(stored.kvs.map(\.value) == ["first"])
+            #expect(stored.kvs.first?.lease == nodes[0].node.incarnation?.lease)
+        }
+
         /// A node that restarts under the same name ends its previous run's sessions at once (it revokes the old
         /// lease), rather than when the old lease runs out.
         @Test func aRestartedNodeEndsItsOldSessionsAtOnce() async throws {

@@ -20,7 +20,10 @@ import Testing
         let session = ClusterKeys.SessionKey(incarnation: a, id: "42")
         #expect(keys.key(.session(session)) == "/rollcall/v1/sessions/a/10/42")
         #expect(keys.key(.cluster) == "/rollcall/v1/cluster")
-        for entry: ClusterKeys.Entry in [.node(a), .session(session), .user("ann"), .group("team"), .cluster] {
+        #expect(keys.key(.lost(a)) == "/rollcall/v1/lost/a/10")
+        for entry: ClusterKeys.Entry in [
+            .node(a), .session(session), .user("ann"), .group("team"), .cluster, .lost(a),
+        ] {
             #expect(keys.entry(keys.key(entry)) == entry)
         }
         let negative = ClusterKeys.Incarnation(node: "n-1.x", lease: -5)
@@ -31,6 +34,20 @@ import Testing
         ] {
             #expect(keys.entry(stray) == nil, "\(stray)")
         }
+    }
+
+    /// A lost incarnation's stamp comes out as a change when it is written and when it goes (its writer's lease
+    /// ended), from the watch and from a snapshot alike.
+    @Test func lossStampsAreChanges() {
+        var replica = ClusterReplica()
+        #expect(
+            replica.apply([put(.lost(a), "{\"at\":5}", at: 9)]) == [.lossStamped(a, value: "{\"at\":5}", revision: 9)])
+        #expect(replica.losses == [a: "{\"at\":5}"])
+        #expect(replica.apply([delete(.lost(a), at: 10)]) == [.lossStampDeleted(a, revision: 10)])
+        #expect(replica.losses.isEmpty)
+        let snapshot = [EtcdKeyValue(key: keys.key(.lost(b)), value: "{\"at\":6}", modRevision: 11)]
+        #expect(replica.load(snapshot: snapshot, revision: 12) == [.lossStamped(b, value: "{\"at\":6}", revision: 12)])
+        #expect(replica.load(snapshot: [], revision: 13) == [.lossStampDeleted(b, revision: 13)])
     }
 
     /// Sessions deleted in the same revision as their incarnation's key were lost with their node; a session its

@@ -216,6 +216,47 @@ extension Integration {
             }
         }
 
+        /// kill -9 of a node: its user's node_lost record is byte for byte the same on both other nodes (since,
+        /// last_seen and seq included): the end is stamped once, in etcd, by the first node to see it, and every node
+        /// publishes that stamp instead of its own clock's time.
+        @Test func aKilledNodesUsersEndWithOneRecordEverywhere() throws {
+            let cluster = try ClusterFixture()
+            let subscribers = try [1, 2].map { index in
+                let subscriber = try PresenceSubscriber(endpoint: cluster.nodes[index].update)
+                try subscriber.subscribe(alice)
+                return subscriber
+            }
+            /// The body of the first message on `subscriber` whose record matches `predicate`.
+            func body(
+                _ what: String, on subscriber: PresenceSubscriber, _ predicate: (PresenceRecord) -> Bool
+            ) throws -> [UInt8] {
+                let deadline = ContinuousClock.now + .seconds(10)
+                while ContinuousClock.now < deadline {
+                    if let message = try subscriber.nextMessage(timeout: 100),
+                        let record = try? Codec.decodeRecord(message.body), predicate(record)
+                    {
+                        return message.body
+                    }
+                }
+                throw TestFailure("no \(what) within 10 s")
+            }
+            for subscriber in subscribers { _ = try body("alice's last value", on: subscriber) { _ in true } }
+            let a = try cluster.client(0)
+            _ = try a.hello(hello(alice))
+            for subscriber in subscribers { _ = try body("alice online", on: subscriber) { $0.status == .online } }
+            let killed = ContinuousClock.now
+            cluster.nodes[0].kill()
+            let ends = try subscribers.map { subscriber in
+                try body("alice node_lost", on: subscriber) { $0.status == .offline && $0.reason == .nodeLost }
+            }
+            let took = ContinuousClock.now - killed
+            let texts = ends.map { String(decoding: $0, as: UTF8.self) }
+            print(
+                "cluster: node killed; alice's node_lost on nodes b and c after \(took):\n  \(texts[0])\n  \(texts[1])")
+            #expect(ends[0] == ends[1], "not byte-identical: \(texts)")
+            #expect(took < .milliseconds(cluster.leaseMs + 1_000))
+        }
+
         /// A client library session knows two nodes; its node is killed and it says hello on the other before the
         /// dead node's lease runs out: nobody sees its user offline.
         @Test func failingOverInTimeShowsNoOneOffline() throws {

@@ -22,6 +22,19 @@ struct ClusterSide {
     var lastNumber: UInt64 = 0
     /// The last value of each user's key: why and when their latest session ended, as its node wrote it.
     var endings: [String: ClusterValues.Ending] = [:]
+    /// When each lost incarnation's sessions ended, as etcd holds it (``ClusterKeys/Entry/lost(_:)``): the first
+    /// node to see the loss wrote it, and every node publishes those ends with that time.
+    var lossStamps: [ClusterKeys.Incarnation: BrokerTime] = [:]
+    /// The time this node proposed for a loss (the write it asked for): used only if no stamp comes in time.
+    var proposedStamps: [ClusterKeys.Incarnation: BrokerTime] = [:]
+    /// Changes not applied yet, in etcd's order: from the first revision that ends a lost incarnation's sessions
+    /// without a stamp known, until that stamp comes (or ``lossStampWaitMilliseconds`` passes).
+    var held: [ClusterReplica.Change] = []
+    /// When the held changes are applied with this node's proposed time if no stamp has come.
+    var holdUntil: BrokerTime?
+    /// How long a node holds a loss's ends for its stamp. One etcd round trip is milliseconds; the wait runs out
+    /// only when this node cannot write to etcd or read it back (then it is not live anyway).
+    var lossStampWaitMilliseconds: Int64 = 1_000
 
     init(nodeID: String, presence: PresenceCore.Configuration) {
         self.nodeID = nodeID
@@ -40,6 +53,28 @@ struct ClusterSide {
         // The replica takes no base above 2^60, so this cannot overflow; saturate anyway rather than trap.
         let (sum, overflow) = (seqBase ?? 0).addingReportingOverflow(UInt64(max(0, revision)))
         return overflow ? .max : sum
+    }
+
+    /// The lost incarnations whose sessions `revision` (one revision's changes) ends with no stamp known (sessions
+    /// the view has). Stamps among the changes `after` it are learned first: a stamp comes after the loss it stamps.
+    mutating func unstampedLosses(
+        _ revision: ArraySlice<ClusterReplica.Change>, before after: ArraySlice<ClusterReplica.Change>
+    ) -> Set<ClusterKeys.Incarnation> {
+        func unstamped() -> Set<ClusterKeys.Incarnation> {
+            var found: Set<ClusterKeys.Incarnation> = []
+            for case .sessionEnded(let key, .nodeLost, _) in revision
+            where lossStamps[key.incarnation] == nil && view.user(ofAnySession: SessionID(key.description)) != nil {
+                found.insert(key.incarnation)
+            }
+            return found
+        }
+        guard !unstamped().isEmpty else { return [] }
+        for changes in [revision, after] {
+            for case .lossStamped(let incarnation, let value, _) in changes {
+                if let ending = ClusterValues.decodeEnding(value) { lossStamps[incarnation] = ending.time }
+            }
+        }
+        return unstamped()
     }
 
     /// The number that names a new session of this node in etcd.
@@ -84,17 +119,70 @@ extension BrokerMachine {
     /// Applies the cluster's changes, in etcd's order, to the view and publishes what they change. A node writes a
     /// session's end and its user's key in one transaction: the user's keys of a revision are read before its
     /// sessions, so that the end takes the reason and the time its node wrote.
+    ///
+    /// A revision that ends sessions of a lost incarnation waits for the loss's stamp in etcd, and so do the changes
+    /// after it (so that every user's changes stay in order): ``applyHeldChanges(now:)``.
     mutating func applyClusterChanges(_ changes: [ClusterReplica.Change], now: BrokerTime) {
-        var start = changes.startIndex
-        while start < changes.endIndex {
-            let revision = changes[start].revision
+        guard !changes.isEmpty else { return }
+        withCluster { side in
+            if side.held.isEmpty { side.held = changes } else { side.held += changes }
+        }
+        applyHeldChanges(now: now)
+    }
+
+    /// Applies the held changes, one revision at a time, up to the first that ends a lost incarnation's sessions
+    /// with no stamp known. For that one it asks etcd, once, to stamp the loss with this node's time unless a node
+    /// did before (``ClusterNode/Write/stampLoss(_:ending:)``), and holds it and everything after it until the
+    /// stamp comes back through the watch. If none has come by ``ClusterSide/lossStampWaitMilliseconds`` (this
+    /// node cannot reach etcd), it ends them at the time it proposed, so that nobody stays online for ever.
+    mutating func applyHeldChanges(now: BrokerTime) {
+        guard
+            let pending = withCluster({ side in
+                defer { side.held = [] }
+                return side.held
+            }), !pending.isEmpty
+        else { return }
+        var start = pending.startIndex
+        while start < pending.endIndex {
+            let revision = pending[start].revision
             var end = start
-            while end < changes.endIndex, changes[end].revision == revision { end += 1 }
-            for case .userPut(let user, let value, _) in changes[start..<end] {
+            while end < pending.endIndex, pending[end].revision == revision { end += 1 }
+            let unstamped = withCluster { $0.unstampedLosses(pending[start..<end], before: pending[end...]) } ?? []
+            if !unstamped.isEmpty {
+                if withCluster({ $0.holdUntil }) ?? nil == nil { askForStamps(unstamped, now: now) }
+                if let until = withCluster({ $0.holdUntil }) ?? nil, now < until {
+                    withCluster { $0.held = Array(pending[start...]) }
+                    return
+                }
+                effects.append(
+                    .warning(
+                        "no stamp of a lost node's end came from etcd in time; its sessions end at this node's time",
+                        ["incarnations": unstamped.map(\.description).sorted().joined(separator: ",")]))
+                withCluster { side in
+                    for incarnation in unstamped { side.lossStamps[incarnation] = side.proposedStamps[incarnation] }
+                }
+            }
+            withCluster { $0.holdUntil = nil }
+            for case .userPut(let user, let value, _) in pending[start..<end] {
                 withCluster { $0.endings[user] = ClusterValues.decodeEnding(value) }
             }
-            for change in changes[start..<end] { apply(change, now: now) }
+            for change in pending[start..<end] { apply(change, now: now) }
             start = end
+        }
+    }
+
+    /// Asks etcd to stamp these losses with this node's time (the first node's stamp wins) and starts the wait.
+    private mutating func askForStamps(_ incarnations: Set<ClusterKeys.Incarnation>, now: BrokerTime) {
+        let asked: Set<ClusterKeys.Incarnation> =
+            withCluster { side in
+                side.holdUntil = now + side.lossStampWaitMilliseconds
+                let new = incarnations.filter { side.proposedStamps[$0] == nil }
+                for incarnation in new { side.proposedStamps[incarnation] = now }
+                return new
+            } ?? []
+        let ending = ClusterValues.encode(ClusterValues.Ending(reason: .nodeLost, time: now))
+        for incarnation in asked.sorted(by: { $0.description < $1.description }) {
+            effects.append(.clusterWrite(.stampLoss(incarnation, ending: ending)))
         }
     }
 
@@ -115,10 +203,12 @@ extension BrokerMachine {
         case .sessionEnded(let key, let end, _):
             let id = SessionID(key.description)
             guard let user = side.view.user(ofAnySession: id) else { return }
-            // A lost node wrote nothing: its sessions end now, by this node's clock.
+            // A lost node wrote nothing: its sessions end at the loss's stamp in etcd, the same on every node (this
+            // node's proposed time only if none came in time).
+            let lost = side.lossStamps[key.incarnation] ?? side.proposedStamps[key.incarnation] ?? now
             let ending =
                 end == .nodeLost
-                ? ClusterValues.Ending(reason: .nodeLost, time: now)
+                ? ClusterValues.Ending(reason: .nodeLost, time: lost)
                 : side.endings[user.rawValue] ?? ClusterValues.Ending(reason: .bye, time: now)
             let stamp = PresenceCore.Stamp(time: ending.time, seq: seq)
             let actions = withPublished { $0.endRemoteSession(id, reason: ending.reason, stamp: stamp, now: now) }
@@ -146,6 +236,16 @@ extension BrokerMachine {
             guard let id = GroupID(validating: group) else { return }
             let actions = withPublished { $0.ungroup(id, now: now).actions }
             publish(actions, now: now)
+        case .lossStamped(let incarnation, let value, _):
+            // Usually read before the loss it stamps, above; this keeps one that came after this node gave up waiting.
+            if let ending = ClusterValues.decodeEnding(value) {
+                withCluster { $0.lossStamps[incarnation] = ending.time }
+            }
+        case .lossStampDeleted(let incarnation, _):
+            withCluster { side in
+                side.lossStamps[incarnation] = nil
+                side.proposedStamps[incarnation] = nil
+            }
         case .incarnationStarted(let incarnation, _, _):
             effects.append(.notice("cluster node joined", ["incarnation": "\(incarnation)"]))
         case .incarnationEnded(let incarnation, _):

@@ -211,17 +211,17 @@ struct BrokerMachine {
     mutating func tick(now: BrokerTime) {
         publishLocal(core.tick(now: now), now: now)
         if case .cluster = publishing {
+            applyHeldChanges(now: now)  // a lost node's ends whose stamp did not come in time
             let actions = withPublished { $0.tick(now: now) }
             publish(actions, now: now)
         }
     }
 
-    /// The earliest deadline of the core and of the cluster's view.
+    /// The earliest deadline of the core, of the cluster's view, and of the wait for a lost node's stamp.
     var nextDeadline: BrokerTime? {
-        switch (core.nextDeadline, publishing.view?.nextDeadline) {
-        case (let a?, let b?): min(a, b)
-        case (let a, let b): a ?? b
-        }
+        var holdUntil: BrokerTime?
+        if case .cluster(let side) = publishing { holdUntil = side.holdUntil }
+        return [core.nextDeadline, publishing.view?.nextDeadline, holdUntil].compactMap { $0 }.min()
     }
 
     /// Takes the sessions' steps since the last call: on a node of a cluster each is written to etcd, and with

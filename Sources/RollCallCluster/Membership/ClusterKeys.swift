@@ -5,6 +5,7 @@
 /// | `nodes/<node>/<incarnation>` | the node's description | the node's |
 /// | `sessions/<node>/<incarnation>/<session>` | the session (user, status, …) | the node's |
 /// | `users/<user>` | the user's last record | none |
+/// | `lost/<node>/<incarnation>` | when a lost incarnation's sessions ended, stamped once (``Entry/lost(_:)``) | the writer's |
 /// | `groups/<group>` | the group's definition | none |
 /// | `cluster` | the cluster's `seq` base: a decimal number, written once, by the first node to join | none |
 ///
@@ -50,6 +51,9 @@ public struct ClusterKeys: Sendable, Equatable {
         case session(SessionKey)
         case user(String)
         case group(String)
+        /// When a lost incarnation's sessions ended: written once, by the first node to see them go, in a
+        /// transaction that fails if the key exists, so that every node publishes their ends with that one time.
+        case lost(Incarnation)
         /// The cluster's own settings, written once.
         case cluster
     }
@@ -60,6 +64,7 @@ public struct ClusterKeys: Sendable, Equatable {
         case .session(let session): prefix + "sessions/\(session)"
         case .user(let user): prefix + "users/\(user)"
         case .group(let group): prefix + "groups/\(group)"
+        case .lost(let incarnation): prefix + "lost/\(incarnation)"
         case .cluster: prefix + "cluster"
         }
     }
@@ -71,6 +76,8 @@ public struct ClusterKeys: Sendable, Equatable {
         switch (parts.first, parts.count) {
         case ("nodes", 3):
             return incarnation(parts[1], parts[2]).map(Entry.node)
+        case ("lost", 3):
+            return incarnation(parts[1], parts[2]).map(Entry.lost)
         case ("sessions", 4):
             guard let incarnation = incarnation(parts[1], parts[2]), !parts[3].isEmpty else { return nil }
             return .session(SessionKey(incarnation: incarnation, id: String(parts[3])))

@@ -26,12 +26,18 @@ public struct ClusterReplica: Sendable, Equatable {
         case userDeleted(String, revision: Int64)
         case groupPut(String, value: String, revision: Int64)
         case groupDeleted(String, revision: Int64)
+        /// The time a lost incarnation's sessions ended, as the first node to see them go wrote it
+        /// (``ClusterKeys/Entry/lost(_:)``).
+        case lossStamped(ClusterKeys.Incarnation, value: String, revision: Int64)
+        /// The stamp is gone (its writer's lease ended).
+        case lossStampDeleted(ClusterKeys.Incarnation, revision: Int64)
 
         public var revision: Int64 {
             switch self {
             case .incarnationStarted(_, _, let revision), .incarnationEnded(_, let revision),
                 .sessionPut(_, _, let revision), .sessionEnded(_, _, let revision), .userPut(_, _, let revision),
-                .userDeleted(_, let revision), .groupPut(_, _, let revision), .groupDeleted(_, let revision):
+                .userDeleted(_, let revision), .groupPut(_, _, let revision), .groupDeleted(_, let revision),
+                .lossStamped(_, _, let revision), .lossStampDeleted(_, let revision):
                 revision
             }
         }
@@ -42,6 +48,8 @@ public struct ClusterReplica: Sendable, Equatable {
     public private(set) var sessions: [ClusterKeys.SessionKey: String] = [:]
     public private(set) var users: [String: String] = [:]
     public private(set) var groups: [String: String] = [:]
+    /// The stamps of lost incarnations' ends (``ClusterKeys/Entry/lost(_:)``).
+    public private(set) var losses: [ClusterKeys.Incarnation: String] = [:]
     /// The revision the copy is at: everything up to it has been applied.
     public private(set) var revision: Int64 = 0
     /// The cluster's `seq` base (the `cluster` key), once a node has written it.
@@ -98,6 +106,7 @@ public struct ClusterReplica: Sendable, Equatable {
             case .session(let session): fresh.sessions[session] = kv.value
             case .user(let user): fresh.users[user] = kv.value
             case .group(let group): fresh.groups[group] = kv.value
+            case .lost(let incarnation): fresh.losses[incarnation] = kv.value
             // Written once; the base a node learned first stays, whatever the key says now (a later value, an
             // operator's mistake, must not move seqs back or apart between nodes).
             case .cluster: fresh.seqBase = seqBase ?? Self.seqBase(kv.value)
@@ -119,6 +128,14 @@ public struct ClusterReplica: Sendable, Equatable {
         where fresh.sessions[session] == nil {
             let lost = fresh.incarnations[session.incarnation] == nil
             changes.append(.sessionEnded(session, lost ? .nodeLost : .ended, revision: revision))
+        }
+        for (incarnation, value) in fresh.losses.sorted(by: { $0.key.description < $1.key.description })
+        where losses[incarnation] != value {
+            changes.append(.lossStamped(incarnation, value: value, revision: revision))
+        }
+        for incarnation in losses.keys.sorted(by: { $0.description < $1.description })
+        where fresh.losses[incarnation] == nil {
+            changes.append(.lossStampDeleted(incarnation, revision: revision))
         }
         for (user, value) in fresh.users.sorted(by: { $0.key < $1.key }) where users[user] != value {
             changes.append(.userPut(user, value: value, revision: revision))
@@ -181,6 +198,13 @@ public struct ClusterReplica: Sendable, Equatable {
                 changes.append(.groupPut(group, value: event.kv.value, revision: revision))
             case (.group(let group), .delete):
                 if groups.removeValue(forKey: group) != nil { changes.append(.groupDeleted(group, revision: revision)) }
+            case (.lost(let incarnation), .put):
+                losses[incarnation] = event.kv.value
+                changes.append(.lossStamped(incarnation, value: event.kv.value, revision: revision))
+            case (.lost(let incarnation), .delete):
+                if losses.removeValue(forKey: incarnation) != nil {
+                    changes.append(.lossStampDeleted(incarnation, revision: revision))
+                }
             case (.cluster, .put):
                 // Written once; a later value (an operator's mistake) must not move seqs back.
                 if seqBase == nil { seqBase = Self.seqBase(event.kv.value) }

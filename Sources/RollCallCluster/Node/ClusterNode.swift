@@ -42,6 +42,13 @@ public final class ClusterNode: Sendable {
         case putUser(id: String, record: String)
         case putGroup(id: String, definition: String)
         case deleteGroup(id: String)
+        /// Stamps the end of a lost incarnation's sessions with `ending` (the user's-key JSON, `node_lost` and a time)
+        /// unless a node stamped it before: a transaction of its own that succeeds only if the key
+        /// ``ClusterKeys/Entry/lost(_:)`` does not exist, so the first writer wins and every node, this one included,
+        /// reads the winner's stamp back through the watch. Put under this node's lease (it goes when the node goes).
+        /// Sent before the writes queued earlier: it touches no key of theirs, and every node holds its records until
+        /// a stamp comes.
+        case stampLoss(ClusterKeys.Incarnation, ending: String)
 
         public static func == (lhs: Write, rhs: Write) -> Bool { "\(lhs)" == "\(rhs)" }
     }
@@ -119,7 +126,14 @@ public final class ClusterNode: Sendable {
 
     /// Queues a write; returns at once. Its effect comes back as changes through `notify`.
     public func write(_ write: Write) {
-        shared.withLock { $0.writes.append(write) }
+        shared.withLock { shared in
+            if case .stampLoss = write {
+                let first = shared.writes.firstIndex { if case .stampLoss = $0 { false } else { true } }
+                shared.writes.insert(write, at: first ?? shared.writes.endIndex)
+            } else {
+                shared.writes.append(write)
+            }
+        }
         work.signal()
     }
 
@@ -368,7 +382,8 @@ public final class ClusterNode: Sendable {
         /// The longest run of writes at the head of `writes` that fits one transaction: at most
         /// ``maxOperations`` operations, no key twice (etcd refuses a transaction that names a key twice), and either
         /// only writes under the node's lease or none: a transaction with a session put fails whole if the lease is
-        /// gone, and a group or a user's key in it would be lost with it.
+        /// gone, and a group or a user's key in it would be lost with it. A loss's stamp goes alone: its transaction
+        /// has a condition, which must not decide the fate of other writes.
         func nextBatch(_ writes: ArraySlice<Write>) -> ArraySlice<Write> {
             var keys: Set<String> = []
             var operations = 0
@@ -378,7 +393,8 @@ public final class ClusterNode: Sendable {
                 let these = self.operations(for: writes[end]).map(\.key)
                 guard
                     end == writes.startIndex
-                        || (operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these)
+                        || (!Self.isConditional(writes[end]) && !Self.isConditional(writes[writes.startIndex])
+                            && operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these)
                             && Self.needsLease(writes[end]) == leased)
                 else { break }
                 keys.formUnion(these)
@@ -390,7 +406,15 @@ public final class ClusterNode: Sendable {
 
         /// Whether a write puts a key under the node's lease (and so fails if the lease is gone).
         static func needsLease(_ write: Write) -> Bool {
-            if case .putSession = write { return true }
+            switch write {
+            case .putSession, .stampLoss: true
+            default: false
+            }
+        }
+
+        /// Whether a write is a transaction with a condition of its own (a loss's stamp).
+        static func isConditional(_ write: Write) -> Bool {
+            if case .stampLoss = write { return true }
             return false
         }
 
@@ -421,6 +445,8 @@ public final class ClusterNode: Sendable {
                 return [.put(key: keys.key(.group(id)), value: definition, lease: 0)]
             case .deleteGroup(let id):
                 return [.delete(key: keys.key(.group(id)), prefix: false)]
+            case .stampLoss(let lost, let ending):
+                return [.put(key: keys.key(.lost(lost)), value: ending, lease: lease)]
             }
         }
 
@@ -440,8 +466,18 @@ public final class ClusterNode: Sendable {
             for write in batch { noteLocal(write) }
             let sent = nowMs
             do {
-                let result = try client.txn(compare: [], success: batch.flatMap { operations(for: $0) })
-                perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
+                // A loss's stamp is written only if no node stamped that loss before (it is alone in its batch);
+                // if one did, the transaction does nothing, and the stamp that counts comes through the watch.
+                let conditions: [EtcdCompare] = batch.compactMap { write in
+                    guard case .stampLoss(let lost, _) = write else { return nil }
+                    return .absent(keys.key(.lost(lost)))
+                }
+                let result = try client.txn(
+                    compare: conditions, success: batch.flatMap { operations(for: $0) })
+                // A transaction whose condition failed wrote nothing: no revision of its own to expect back.
+                if result.succeeded || conditions.isEmpty {
+                    perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
+                }
                 return .written
             } catch let error as EtcdError where error.isUnavailable {
                 perform(membership.handle(.callFailed(nowMs: sent)))
