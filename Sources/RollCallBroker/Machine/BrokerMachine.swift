@@ -219,9 +219,13 @@ struct BrokerMachine {
 
     /// The earliest deadline of the core, of the cluster's view, and of the wait for a lost node's stamp.
     var nextDeadline: BrokerTime? {
-        var holdUntil: BrokerTime?
-        if case .cluster(let side) = publishing { holdUntil = side.holdUntil }
-        return [core.nextDeadline, publishing.view?.nextDeadline, holdUntil].compactMap { $0 }.min()
+        // Asked every loop round: no array, nothing allocated.
+        func earliest(_ a: BrokerTime?, _ b: BrokerTime?) -> BrokerTime? {
+            guard let a, let b else { return a ?? b }
+            return min(a, b)
+        }
+        guard case .cluster(let side) = publishing else { return core.nextDeadline }
+        return earliest(earliest(core.nextDeadline, side.view.nextDeadline), side.holdUntil)
     }
 
     /// Takes the sessions' steps since the last call: on a node of a cluster each is written to etcd, and with
