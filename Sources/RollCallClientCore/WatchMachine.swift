@@ -154,8 +154,12 @@ public struct WatchMachine: Sendable {
     public private(set) var log: (epoch: String?, offset: UInt64?) = (nil, nil)
     /// The highest offset received on this connection, before its log was told: the offsets of that log.
     private var connectionOffset: UInt64?
-    /// The presence topics subscribed on this connection (or the last): those a new connection may resume.
+    /// The presence topics whose state is whole on this connection (or was on the last): resumed, or their current
+    /// record came. Only those a new connection may resume.
     private var carried: Set<Topic> = []
+    /// Resumed topics whose reply has not come: until it does, no offset counts (a record of another topic could
+    /// otherwise move the resume point past transitions the resume has not delivered yet).
+    private var resuming: Set<Topic> = []
 
     /// A watcher at `now`. With ``Configuration/managesConnection`` it starts by connecting; `seed` makes the
     /// backoff's jitter repeatable in tests.
@@ -172,7 +176,6 @@ public struct WatchMachine: Sendable {
     public mutating func follow(_ topic: Topic, now: Int64) -> [Action] {
         followed[topic, default: 0] += 1
         guard case .connected = state else { return [] }
-        if case .presence = topic { carried.insert(topic) }
         expect(topic, now: now)
         return [.subscribe([topic])]
     }
@@ -223,19 +226,20 @@ public struct WatchMachine: Sendable {
         // A new connection's first heartbeat is awaited afresh: the silence of the last one is not this one's.
         liveness.restart(now: now)
         let topics = followed.keys.sorted { $0.text < $1.text }
-        // The users followed on the last connection resume where it stopped; the rest bring their current values.
+        // The users whose state was whole on the last connection resume where it stopped, first; the rest bring their
+        // current values, after the resume (the broker answers a connection's requests in order).
         var actions: [Action] = []
-        var resumed: Set<Topic> = []
+        var resumed: [Topic] = []
         if configuration.resumes, let epoch = log.epoch, let after = log.offset {
-            let carriedOver = topics.filter { carried.contains($0) }
-            resumed = Set(carriedOver)
-            if !carriedOver.isEmpty { actions.append(.resume(carriedOver, after: after, logEpoch: epoch)) }
+            resumed = topics.filter { carried.contains($0) }
+            if !resumed.isEmpty { actions.append(.resume(resumed, after: after, logEpoch: epoch)) }
         }
-        let fresh = topics.filter { !resumed.contains($0) }
-        carried = Set(topics.filter { if case .presence = $0 { true } else { false } })
+        resuming = Set(resumed)
+        carried = resuming
         connectionOffset = nil
+        let fresh = topics.filter { !resuming.contains($0) }
         for topic in fresh { expect(topic, now: now) }
-        if !fresh.isEmpty { actions.insert(.subscribe(fresh), at: 0) }
+        if !fresh.isEmpty { actions.append(.subscribe(fresh)) }
         return actions
     }
 
@@ -250,10 +254,18 @@ public struct WatchMachine: Sendable {
     /// continue from there; `no_history`; or any other error): they are subscribed afresh, their current values
     /// coming as for a new follower.
     public mutating func resumeRefused(_ topics: [Topic], now: Int64) -> [Action] {
+        resuming.subtract(topics)
+        carried.subtract(topics)
         guard case .connected = state else { return [] }
         let still = topics.filter { followed[$0] != nil }
         for topic in still { expect(topic, now: now) }
         return still.isEmpty ? [] : [.subscribe(still)]
+    }
+
+    /// The broker took a ``Action/resume(_:after:logEpoch:)`` of `topics`: their missed transitions come next, and
+    /// once no resume waits for its reply, offsets count again.
+    public mutating func resumeAnswered(_ topics: [Topic]) {
+        resuming.subtract(topics)
     }
 
     /// Something came on the connection (a reply, an update): it works. The backoff starts over too, unless the
@@ -290,12 +302,13 @@ public struct WatchMachine: Sendable {
     /// A record arrived on `presence/<user>/`.
     public mutating func record(_ record: PresenceRecord, now: Int64) -> [Action] {
         answered()
-        if let offset = record.offset {
+        let topic = Topic.presence(record.user)
+        let current = awaiting.removeValue(forKey: topic) != nil
+        if current, followed[topic] != nil { carried.insert(topic) }
+        if resuming.isEmpty, let offset = record.offset {
             log.offset = max(log.offset ?? 0, offset)
             connectionOffset = max(connectionOffset ?? 0, offset)
         }
-        let topic = Topic.presence(record.user)
-        let current = awaiting.removeValue(forKey: topic) != nil
         return accept(record, current: current) ? [.deliver(record)] : []
     }
 

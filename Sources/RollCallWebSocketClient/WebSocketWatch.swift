@@ -237,7 +237,9 @@ public final class WebSocketWatch: Sendable {
             }
             if let topics = resumes.removeValue(forKey: id) {
                 // Refused (`snapshot_required`, `no_history`, or anything else): subscribed afresh instead.
-                return fields["ok"] == .bool(true) ? [] : machine.resumeRefused(topics, now: now)
+                guard fields["ok"] == .bool(true) else { return machine.resumeRefused(topics, now: now) }
+                machine.resumeAnswered(topics)
+                return []
             }
             guard let users = queries.removeValue(forKey: id),
                 case .bool(true)? = fields["ok"], let answers = try? Codec.decodeQuery(fields)

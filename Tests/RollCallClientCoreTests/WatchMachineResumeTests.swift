@@ -38,8 +38,9 @@ struct WatchMachineResumeTests {
         #expect(m.disconnected(now: 10) == [.connect])
         #expect(
             m.connected(now: 11) == [
-                .subscribe([.broker]), .resume([bob, carol], after: 20, logEpoch: "L1"),
+                .resume([bob, carol], after: 20, logEpoch: "L1"), .subscribe([.broker]),
             ])
+        m.resumeAnswered([bob, carol])
         // The missed transitions come in order and pass the seq rule; no current value is awaited for them.
         #expect(
             m.record(record(Sent.bob, .away, seq: 8, offset: 30), now: 12) == [
@@ -49,7 +50,8 @@ struct WatchMachineResumeTests {
         #expect(m.log.offset == 30)
     }
 
-    /// A user followed while the connection was down was never subscribed: it brings its current value instead.
+    /// A user followed while the connection was down was never subscribed: it brings its current value instead,
+    /// after the resume; it is resumed later only once that value has come.
     @Test func aTopicFollowedWhileAwayIsSubscribedAfresh() {
         var m = watching()
         _ = m.disconnected(now: 10)
@@ -57,12 +59,39 @@ struct WatchMachineResumeTests {
         #expect(m.follow(dave, now: 10) == [])
         #expect(
             m.connected(now: 11) == [
-                .subscribe([.broker, dave]), .resume([bob, carol], after: 20, logEpoch: "L1"),
+                .resume([bob, carol], after: 20, logEpoch: "L1"), .subscribe([.broker, dave]),
             ])
-        // A user unfollowed meanwhile is not resumed.
+        // Dropped before dave's current record came: dave is subscribed afresh again, not resumed.
         _ = m.disconnected(now: 12)
+        #expect(
+            m.connected(now: 13) == [
+                .resume([bob, carol], after: 20, logEpoch: "L1"), .subscribe([.broker, dave]),
+            ])
+        m.resumeAnswered([bob, carol])
+        _ = m.record(record(UserID(validating: "dave")!, seq: 3, offset: 12), now: 14)
+        // A user unfollowed meanwhile is not resumed; dave, whose current record came, is.
+        _ = m.disconnected(now: 15)
         _ = m.unfollow(carol)
-        #expect(m.connected(now: 13) == [.subscribe([.broker]), .resume([bob, dave], after: 20, logEpoch: "L1")])
+        #expect(m.connected(now: 16) == [.resume([bob, dave], after: 20, logEpoch: "L1"), .subscribe([.broker])])
+    }
+
+    /// Until the resume's reply comes, no record moves the resume point: a fresh topic's current record (offset
+    /// 500) read before a connection drops must not let the next resume skip the transitions this one had not
+    /// delivered yet.
+    @Test func theResumePointWaitsForTheResumesReply() {
+        var m = watching()
+        _ = m.disconnected(now: 10)
+        let dave = Topic.presence(UserID(validating: "dave")!)
+        _ = m.follow(dave, now: 10)
+        _ = m.connected(now: 11)
+        _ = m.record(record(UserID(validating: "dave")!, seq: 3, offset: 500), now: 12)
+        #expect(m.log.offset == 20)
+        _ = m.disconnected(now: 13)
+        #expect(
+            m.connected(now: 14) == [.resume([bob, carol, dave], after: 20, logEpoch: "L1"), .subscribe([.broker])])
+        m.resumeAnswered([bob, carol, dave])
+        _ = m.record(record(seq: 8, offset: 30), now: 15)
+        #expect(m.log.offset == 30)
     }
 
     /// Without a log named (no `ping` answer yet, or a broker that keeps none) or before any offset came, a new
@@ -106,7 +135,8 @@ struct WatchMachineResumeTests {
         m.logEpoch("L2")
         #expect(m.log.epoch == "L2" && m.log.offset == 3)
         _ = m.disconnected(now: 14)
-        #expect(m.connected(now: 15) == [.subscribe([.broker]), .resume([bob, carol], after: 3, logEpoch: "L2")])
+        // Only bob's current record came after the refusal: carol is subscribed afresh again.
+        #expect(m.connected(now: 15) == [.resume([bob], after: 3, logEpoch: "L2"), .subscribe([.broker, carol])])
         // The same log told again changes nothing.
         m.logEpoch("L2")
         #expect(m.log.offset == 3)
