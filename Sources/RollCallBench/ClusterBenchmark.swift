@@ -43,7 +43,7 @@ public struct ClusterBenchmark {
 
     public func run() throws -> [BenchRow] {
         log("starting a three-member etcd")
-        let etcd = try EtcdCluster(members: 3)
+        let etcd = try EtcdCluster(members: 3, inMemory: false)
         defer { etcd.shutdown() }
         let single = try BrokerProcess(executable: executable, arguments: [])
         defer { single.stop() }
