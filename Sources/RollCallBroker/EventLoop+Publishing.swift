@@ -88,12 +88,13 @@ extension EventLoop {
         }
     }
 
-    /// The broker's heartbeat as of `now`.
+    /// The broker's heartbeat as of `now`, with the counts every subscriber may know of.
     func heartbeat(now: BrokerTime) -> BrokerHeartbeat {
-        BrokerHeartbeat(
+        let counts = machine.published.publicCounts
+        return BrokerHeartbeat(
             broker: configuration.brokerID, epoch: epoch, time: now,
             intervalMilliseconds: configuration.brokerHeartbeatMilliseconds,
-            usersAvailable: machine.published.availableUserCount, sessions: machine.published.visibleSessionCount,
+            usersAvailable: counts.usersAvailable, sessions: counts.sessions,
             dropped: pending.dropped, cluster: machine.publishing.standing)
     }
 }

@@ -192,6 +192,7 @@ extension PresenceCore {
             }
         }
         state.mask = mask
+        if before.concealed != state.concealed { countConcealed(user, state.concealed ? 1 : -1) }
         privacy[user] = state.isEmpty ? nil : state
         if tracksChanges { changedPrivacy.insert(user) }
         let toggled = before.blocks.symmetricDifference(state.blocks)
@@ -295,8 +296,16 @@ extension PresenceCore {
             for entry in settings.frozen { state.frozen[entry.viewer] = entry.record }
             state.seq = users[settings.user]?.seq ?? 0
             privacy[settings.user] = state
+            if state.concealed { countConcealed(settings.user, 1) }
             for viewer in settings.blocks { blockedBy[viewer, default: []].insert(settings.user) }
         }
+    }
+
+    /// Adds (`sign` 1) or takes away (-1) `user`'s share of the counts the broker heartbeat leaves out.
+    private mutating func countConcealed(_ user: UserID, _ sign: Int) {
+        guard let state = users[user] else { return }
+        concealedAvailable += sign * (state.status.isAvailable ? 1 : 0)
+        concealedSessions += sign * state.publishedSessions
     }
 }
 

@@ -97,6 +97,10 @@ public struct PresenceCore: Sendable {
     var changedPrivacy: Set<UserID> = []
     /// Blocks the other way round: for each blocked viewer, the users who block it (PresenceCore+GroupBlocks.swift).
     var blockedBy: [UserID: Set<UserID>] = [:]
+    /// The available users, and their visible sessions, that some viewer may not see (``PrivacyState/concealed``):
+    /// kept as records change and settings toggle, so that the broker heartbeat's counts leave them out at no cost.
+    var concealedAvailable = 0
+    var concealedSessions = 0
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
@@ -111,8 +115,16 @@ public struct PresenceCore: Sendable {
     /// Live sessions of the cluster's store (PresenceCore+Remote.swift).
     var remoteSessions = 0
 
-    /// The number of live sessions others may know of: the `invisible` ones left out (the broker heartbeat's count).
+    /// The number of live sessions others may know of: the `invisible` ones left out.
     public var visibleSessionCount: Int { sessions.count - invisibleSessionCount }
+
+    /// The counts every viewer may know of, for the broker heartbeat, which goes to every subscriber alike: the
+    /// available users and visible sessions, less those of users whose settings hide them from some viewer (a
+    /// visibility other than `everyone`, or a block). A count that held them would tell a viewer that someone
+    /// hidden from it came online (docs/privacy.md).
+    public var publicCounts: (usersAvailable: Int, sessions: Int) {
+        (availableUserCount - concealedAvailable, visibleSessionCount - concealedSessions)
+    }
 
     /// Sessions ended since the core was made, by why they ended (one count per session, not per user): for
     /// metrics.

@@ -101,6 +101,9 @@ struct PrivacyState: Sendable {
     /// Whether viewers in no list (neither contacts nor blocked) see the status.
     var strangersSee: Bool { policy.visibility == .everyone }
 
+    /// Whether some viewer may not see the status: the broker heartbeat's counts leave such a user out.
+    var concealed: Bool { !strangersSee || !blocks.isEmpty }
+
     private func allows(_ audience: Audience, _ viewer: UserID) -> Bool {
         switch audience {
         case .everyone: true

@@ -121,6 +121,33 @@ struct PrivacyTests {
         #expect(h.core.view(of: "ghost".id, for: "ghost".id, now: h.now).status == .busy)
     }
 
+    /// The broker heartbeat goes to every subscriber alike, so its counts leave out users hidden from some viewer:
+    /// a contacts-only user coming online moves no count, a block takes the blocker out, and both come back.
+    @Test func heartbeatCountsLeaveOutHiddenUsers() throws {
+        var h = Harness()
+        _ = h.open("bob")
+        #expect(h.core.publicCounts == (1, 1))
+        _ = h.core.setPrivacy("alice".id, visibility: .contacts, lastSeen: nil, now: h.now)
+        let alice = h.open("alice")
+        _ = h.open("alice")
+        #expect(h.core.availableUserCount == 2 && h.core.visibleSessionCount == 3)
+        #expect(h.core.publicCounts == (1, 1))
+        _ = try h.core.editBlocks("bob".id, .add(["zoe".id]), now: h.now).get()
+        #expect(h.core.publicCounts == (0, 0))
+        _ = h.core.bye(session: alice, now: h.now)
+        _ = h.core.setPrivacy("alice".id, visibility: .everyone, lastSeen: nil, now: h.now)
+        #expect(h.core.publicCounts == (1, 1))
+        _ = try h.core.editBlocks("bob".id, .remove(["zoe".id]), now: h.now).get()
+        #expect(h.core.publicCounts == (2, 2))
+        // Kept and restored: the counts are rebuilt with the settings.
+        _ = h.core.setPrivacy("alice".id, visibility: .nobody, lastSeen: nil, now: h.now)
+        var restarted = PresenceCore()
+        restarted.restore(records: h.core.everything(now: h.now).records, groups: [], now: h.now)
+        restarted.restorePrivacy(h.core.allPrivacySettings())
+        #expect(restarted.availableUserCount == 2)
+        #expect(restarted.publicCounts == (1, 1))
+    }
+
     /// Settings kept and brought back after a restart give the same views, with seqs above the previous run's.
     @Test func settingsSurviveARestart() throws {
         var h = Harness()
@@ -349,6 +376,12 @@ struct RandomWorld {
                 failures.append("\(pair): read \(read) but last received \(last)")
             }
         }
+        // The broker heartbeat's counts, kept as changes come, equal a count of the users every viewer may see.
+        let open = names.filter { (visibility[$0] ?? .everyone) == .everyone && blocks[$0, default: []].isEmpty }
+        let records = open.map { h.core.record(of: $0, now: h.now) }
+        let counts = h.core.publicCounts
+        let want = (records.filter(\.status.isAvailable).count, records.reduce(0) { $0 + $1.sessions })
+        if failures.isEmpty, counts != want { failures.append("public counts \(counts), from the records \(want)") }
     }
 }
 

@@ -39,6 +39,10 @@ extension Integration {
                 for truth in [admin, reader] {
                     #expect(try await Self.record(of: "alice", truth)[JSONKey("status")]?.string == "busy")
                 }
+                // The broker heartbeat goes to everyone alike: its counts leave alice out.
+                _ = try await zoe.call(#"{"op":"subscribe","id":"b","topics":["broker/"]}"#, id: "b")
+                let beat = try await zoe.expect { $0.contains(#""topic":"broker/""#) }
+                #expect(beat.contains(#""users_available":0"#) && beat.contains(#""sessions":0"#), "\(beat)")
             }
         }
 
