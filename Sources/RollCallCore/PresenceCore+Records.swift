@@ -86,7 +86,7 @@ extension PresenceCore {
         if state.status.isAvailable && !status.isAvailable { state.reason = reason }
         let previous = state.status
         if previous.isAvailable != status.isAvailable { availableUserCount += status.isAvailable ? 1 : -1 }
-        if privacy[user]?.concealed == true {
+        if !privacy.isEmpty, privacy[user]?.concealed == true {
             concealedAvailable += (status.isAvailable ? 1 : 0) - (previous.isAvailable ? 1 : 0)
             concealedSessions += visible - state.publishedSessions
         }
