@@ -2,7 +2,7 @@ import Logging
 import RollCallCore
 import RollCallWire
 
-/// The loop's side of the machine: carrying out its effects, and feeding it what the cluster node reported.
+/// The loop's side of the machine: carrying out its effects, and handing it what the cluster node reported.
 extension EventLoop {
     /// Carries out the machine's effects in order, and those that carrying them out adds (a WebSocket subscriber
     /// too slow for a publication is dropped at the start of the next round, not in the middle of this one).
@@ -21,10 +21,11 @@ extension EventLoop {
                 case .publish(let record): publish(record)
                 case .publishGroup(let update, let now): publish(update, recordCache: &recordCache, now: now)
                 case .clusterWrite(let write): cluster?.node.write(write)
+                case .publishHeartbeat: enqueue(Topic.broker.bytes, .heartbeat)
                 case .warning(let message, let metadata):
                     logger.warning("\(message)", metadata: metadata.mapValues { .string($0) })
                 case .notice(let message, let metadata):
-                    logger.info("\(message)", metadata: metadata.mapValues { .string($0) })
+                    logger.notice("\(message)", metadata: metadata.mapValues { .string($0) })
                 case .sessionSteps(let events): log(events)
                 case .publishViews(let record): publishRestricted(record, replay: true)
                 case .resendViews(let before): resendViews(since: before)
@@ -34,31 +35,13 @@ extension EventLoop {
         }
     }
 
-    /// Takes what the cluster node reported since the last round (its state, and the cluster's changes in etcd's
-    /// order), and what it says now about taking sessions.
+    /// Hands the machine what the cluster node reported since the last round and what it says now.
     func takeClusterNotifications() {
         guard let cluster else { return }
-        for notification in cluster.inbox.take() {
-            switch notification {
-            case .state(let state):
-                machine.clusterNodeReads(acceptsSessions: cluster.node.acceptsSessions, seqBase: cluster.node.seqBase)
-                if machine.clusterStateChanged(to: state), let standing = machine.publishing.standing {
-                    logger.notice(
-                        "cluster node \(standing.state.rawValue)",
-                        metadata: ["node": "\(cluster.settings.nodeID)", "state": "\(state)"])
-                    enqueue(Topic.broker.bytes, .heartbeat)  // subscribers learn it at once
-                }
-            case .changes(let changes):
-                machine.clusterNodeReads(acceptsSessions: cluster.node.acceptsSessions, seqBase: cluster.node.seqBase)
-                machine.applyClusterChanges(changes, now: clock.now())
-                carryOutEffects()
-            case .writeFailed(let write, let reason):
-                logger.warning("a write to etcd was dropped", metadata: ["write": "\(write)", "reason": "\(reason)"])
-                machine.clusterWriteFailed(write, now: clock.now())
-                carryOutEffects()
-            }
-        }
-        machine.clusterNodeReads(acceptsSessions: cluster.node.acceptsSessions, seqBase: cluster.node.seqBase)
+        machine.clusterReported(
+            cluster.inbox.take(), acceptsSessions: cluster.node.acceptsSessions, seqBase: cluster.node.seqBase,
+            now: clock.now())
+        carryOutEffects()
     }
 
     /// Logs sessions' steps at debug level.

@@ -277,6 +277,60 @@ struct BrokerMachineClusterTests {
         #expect(node.machine.clusterStateChanged(to: .live(lease: 7)) == false)
     }
 
+    /// What the node reports reaches the machine in order, with what the node says now: a standing clients can see
+    /// is logged and sent out in a broker heartbeat at once (once, not again for the same standing); the cluster's
+    /// changes are published; a write etcd refused is logged and its session ended.
+    @Test func whatTheNodeReportsIsTakenInOrder() throws {
+        var node = Scripted(cluster: true)
+        let session = try node.hello("alice")
+        guard let put = Self.writes(node.effects()).first else {
+            Issue.record("no session put")
+            return
+        }
+        let key = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "3")
+        let carol = ClusterValues.encode(
+            PresenceCore.SessionDescription(user: "carol".id, status: .online), at: BrokerTime(milliseconds: 10))
+        node.machine.clusterReported(
+            [
+                .state(.live(lease: 7)), .changes([.sessionPut(key, value: carol, revision: 40)]),
+                .state(.live(lease: 7)),
+            ],
+            acceptsSessions: true, seqBase: 1_000, now: node.now)
+        let effects = node.effects()
+        let kinds = effects.map { effect -> String in
+            switch effect {
+            case .notice(let message, _): message
+            case .publishHeartbeat: "heartbeat"
+            case .publish(let record): "publish \(record.user) \(record.seq)"
+            default: "other"
+            }
+        }
+        #expect(kinds == ["cluster node live", "heartbeat", "publish carol 1040"])
+        #expect(node.request(.heartbeat(session: session)) == .success(.done))
+
+        node.machine.clusterReported(
+            [.writeFailed(put, "etcd said no")], acceptsSessions: true, seqBase: 1_000, now: node.now)
+        let failed = node.effects()
+        #expect(
+            failed.contains {
+                if case .warning(_, let metadata) = $0 { metadata["reason"] == "etcd said no" } else { false }
+            })
+        #expect(Self.writes(failed).count == 1)
+        guard case .failure(let error) = node.request(.heartbeat(session: session)) else {
+            Issue.record("the session whose put was refused still answers")
+            return
+        }
+        #expect(error.code == .unknownSession)
+
+        // What the node says now decides the next requests: past its window, a hello is refused.
+        node.machine.clusterReported([], acceptsSessions: false, seqBase: 1_000, now: node.now)
+        guard case .failure(let refused) = node.request(.hello(.init(user: "dan".id))) else {
+            Issue.record("a hello past the window was taken")
+            return
+        }
+        #expect(refused.code == .clusterUnavailable)
+    }
+
     /// A single broker has no cluster side: nothing it does writes to etcd.
     @Test func singleBrokerWritesNothingToEtcd() throws {
         var broker = Scripted()

@@ -96,6 +96,31 @@ extension BrokerMachine {
                 + "try another node, or again later")
     }
 
+    /// What the cluster node reported since the last round, in order, with what its threads say now (whether it
+    /// may take sessions, the cluster's seq base): a change of its standing as clients see it is logged and
+    /// publishes the broker heartbeat at once, so that subscribers learn it; the cluster's changes go to the view
+    /// (``applyClusterChanges(_:now:)``); a write etcd refused for good is logged and undone
+    /// (``clusterWriteFailed(_:now:)``).
+    mutating func clusterReported(
+        _ notifications: [ClusterNode.Notification], acceptsSessions: Bool, seqBase: UInt64?, now: BrokerTime
+    ) {
+        clusterNodeReads(acceptsSessions: acceptsSessions, seqBase: seqBase)
+        for notification in notifications {
+            switch notification {
+            case .state(let state):
+                guard clusterStateChanged(to: state), case .cluster(let side) = publishing else { continue }
+                effects.append(
+                    .notice("cluster node \(side.standing.state.rawValue)", ["node": side.nodeID, "state": "\(state)"]))
+                effects.append(.publishHeartbeat)
+            case .changes(let changes):
+                applyClusterChanges(changes, now: now)
+            case .writeFailed(let write, let reason):
+                effects.append(.warning("a write to etcd was dropped", ["write": "\(write)", "reason": reason]))
+                clusterWriteFailed(write, now: now)
+            }
+        }
+    }
+
     /// What the node's threads say now: whether it may take sessions, and the cluster's seq base. Read by the loop
     /// before each round's requests.
     mutating func clusterNodeReads(acceptsSessions: Bool, seqBase: UInt64?) {

@@ -21,6 +21,8 @@ struct BrokerMachine {
         case publishGroup(GroupUpdate, at: BrokerTime)
         /// Write to etcd (a node of a cluster): the change is published when it comes back.
         case clusterWrite(ClusterNode.Write)
+        /// Publish the broker heartbeat now, out of its interval (a node's standing changed).
+        case publishHeartbeat
         /// Something the operator should read in the log.
         case warning(String, [String: String])
         case notice(String, [String: String])
