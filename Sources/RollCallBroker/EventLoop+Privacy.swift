@@ -5,89 +5,45 @@ import RollCallWire
 /// WebSocket delivery of users with privacy settings (docs/privacy.md): each subscriber of `presence/<u>/` gets
 /// what its token's user may see of u. Users without settings take the shared path (one encoding for all).
 extension EventLoop {
-    /// The user a WebSocket connection views as; `nil` when it sees the truth (no tokens, a reader, an operator).
-    func viewer(of id: ConnectionID) -> UserID? {
-        guard case .role(.user(let user))? = gateway.peers[id]?.access else { return nil }
-        return user
-    }
-
-    /// The WebSocket connections that receive `user`'s records.
-    private func gatewayReceivers(of user: UserID) -> [ConnectionID] {
-        let (exact, everyUser) = gateway.receivers(of: Topic.presence(user).bytes)
-        var ids = Array(exact ?? [])
-        if everyUser { ids += gateway.allPresence.filter { exact?.contains($0) != true } }
-        return ids
-    }
-
     /// Publishes a record of a user with privacy settings: on the update socket as for everyone (ZeroMQ
-    /// subscriptions are not filtered, a known weakness), and to each WebSocket subscriber what it may see: a
-    /// change only while it sees the user, or, for a last value (`replay`), its view.
+    /// subscriptions are not filtered, a known weakness), and to each WebSocket subscriber what it may see
+    /// (``GatewayTable/views(of:replay:in:now:)``).
     func publishRestricted(_ record: PresenceRecord, replay: Bool) {
         let topic = Topic.presence(record.user).bytes
         enqueue(topic, .bytes(Codec.encodeRecord(record)), toGateway: false)
-        guard !gateway.hasNoSubscribers else { return }
-        let core = machine.published
-        let snapshot = replay ? core.privacySnapshot(of: record.user, now: clock.now()) : nil
-        for id in gatewayReceivers(of: record.user) {
-            var shown: PresenceRecord? = record
-            if let viewer = viewer(of: id) {
-                shown = snapshot.map { $0.view(for: viewer) } ?? core.deliverable(record, to: viewer)
-            }
-            guard let shown else { continue }
+        for (id, shown) in gateway.views(of: record, replay: replay, in: machine.published, now: clock.now()) {
             deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeRecord(shown)), to: id)
         }
     }
 
-    /// A group message to the group's WebSocket subscribers while some user blocks someone: a subscriber whose user
-    /// is blocked by a member gets the message as it sees it (those members offline, their records its views);
-    /// every other subscriber gets `body`, the shared encoding.
+    /// A group message to the group's WebSocket subscribers while some user blocks someone: each gets it as its
+    /// viewer sees it, or `body`, the shared encoding.
     func deliverGroupViews(_ update: GroupUpdate, body: [UInt8], now: BrokerTime) {
-        guard !gateway.hasNoSubscribers else { return }
         let topic = Topic.group(update.group).bytes
-        guard let receivers = gateway.receivers(of: topic).exact else { return }
         let shared = Codec.encodeUpdate(topic: topic, body: body)
-        let core = machine.published
-        for id in receivers {
-            if let viewer = viewer(of: id) {
-                let shown = core.groupUpdate(update, for: viewer, now: now)
-                if shown != update {
-                    deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeGroupUpdate(shown)), to: id)
-                    continue
-                }
-            }
-            deliver(shared, to: id)
+        for (id, own) in gateway.views(of: update, in: machine.published, now: now) {
+            deliver(own.map { Codec.encodeUpdate(topic: topic, body: Codec.encodeGroupUpdate($0)) } ?? shared, to: id)
         }
     }
 
-    /// After a privacy change: each WebSocket subscriber of the user whose view changed gets the new view at once
-    /// (the bye record when it lost sight, the current record when it got sight back).
+    /// After a privacy change: each WebSocket subscriber of the user whose view changed gets the new view at once.
     func resendViews(since before: PrivacySnapshot) {
-        guard !gateway.hasNoSubscribers else { return }
         let topic = Topic.presence(before.user).bytes
-        let after = machine.published.privacySnapshot(of: before.user, now: clock.now())
-        for id in gatewayReceivers(of: before.user) {
-            guard let viewer = viewer(of: id) else { continue }
-            let view = after.view(for: viewer)
-            guard !view.showsSame(as: before.view(for: viewer)) else { continue }
+        for (id, view) in gateway.changedViews(since: before, in: machine.published, now: clock.now()) {
             deliver(Codec.encodeUpdate(topic: topic, body: Codec.encodeRecord(view)), to: id)
         }
     }
 
-    /// A transition a resumed WebSocket subscription missed, as the connection's viewer may see it now: `nil` for a
-    /// user hidden from it (``deliverHiddenViews(of:to:)`` sends that user's view instead).
+    /// A transition a resumed WebSocket subscription missed, as the connection's viewer may see it now.
     func resumed(_ record: PresenceRecord, to id: ConnectionID) -> PresenceRecord? {
-        guard let viewer = viewer(of: id) else { return record }
-        return machine.published.deliverable(record, to: viewer)
+        gateway.resumed(record, to: id, in: machine.published)
     }
 
-    /// After a resume: each presence topic of a user hidden from the connection's viewer gets that viewer's view,
-    /// which stands for the transitions left out.
+    /// After a resume: the views of the users hidden from the connection's viewer, which stand for the transitions
+    /// left out.
     func deliverHiddenViews(of topics: [Topic], to id: ConnectionID) {
-        guard let viewer = viewer(of: id) else { return }
-        let core = machine.published
-        for case .presence(let user) in topics where core.restricts(user) && !core.sight(of: user, by: viewer).status {
-            let view = core.view(of: user, for: viewer, now: clock.now())
-            deliver(Codec.encodeUpdate(topic: Topic.presence(user).bytes, body: Codec.encodeRecord(view)), to: id)
+        for view in gateway.hiddenViews(of: topics, to: id, in: machine.published, now: clock.now()) {
+            deliver(Codec.encodeUpdate(topic: Topic.presence(view.user).bytes, body: Codec.encodeRecord(view)), to: id)
         }
     }
 
