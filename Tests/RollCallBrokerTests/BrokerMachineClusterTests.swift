@@ -103,7 +103,8 @@ struct BrokerMachineClusterTests {
             }
             #expect(error.code == .clusterUnavailable, "\(request.op)")
         }
-        #expect(node.effects().isEmpty)
+        // Nothing is written but, once, the note that the refused session is not to be written again at a rejoin.
+        #expect(Self.writes(node.effects()) == [.abandonIfRejoined(id: "1")])
         #expect(node.request(.bye(session: session)) == .success(.done))
         #expect(Self.writes(node.effects()).count == 1)
     }
@@ -140,7 +141,7 @@ struct BrokerMachineClusterTests {
             }
             #expect(error.code == .clusterUnavailable)
         }
-        #expect(node.effects().isEmpty)
+        #expect(Self.writes(node.effects()) == [.abandonIfRejoined(id: "1")])
         // It is answered (at 3_300, say): the window runs from its sending, 2_000, to 4_000.
         _ = membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: 2_000))
         #expect(ask(away, atNodeMs: 3_999) == .success(.done))
@@ -186,7 +187,7 @@ struct BrokerMachineClusterTests {
     /// `ping` on a node says where it stands.
     @Test func pingSaysWhereTheNodeStands() {
         var node = Scripted(cluster: true)
-        #expect(node.machine.clusterStateChanged(to: .live(lease: Self.incarnation.lease)) == true)
+        #expect(node.machine.clusterStateChanged(to: .live(lease: Self.incarnation.lease), now: node.now) == true)
         guard case .success(.ping(let info)) = node.request(.ping) else {
             Issue.record("no ping reply")
             return
@@ -272,9 +273,9 @@ struct BrokerMachineClusterTests {
     /// The node's standing changes for clients only when what they see changes.
     @Test func standingChangesOnlyWhenClientsSeeIt() {
         var node = Scripted(cluster: true)
-        #expect(node.machine.clusterStateChanged(to: .joining(attempt: 1)) == false)
-        #expect(node.machine.clusterStateChanged(to: .live(lease: 7)) == true)
-        #expect(node.machine.clusterStateChanged(to: .live(lease: 7)) == false)
+        #expect(node.machine.clusterStateChanged(to: .joining(attempt: 1), now: node.now) == false)
+        #expect(node.machine.clusterStateChanged(to: .live(lease: 7), now: node.now) == true)
+        #expect(node.machine.clusterStateChanged(to: .live(lease: 7), now: node.now) == false)
     }
 
     /// What the node reports reaches the machine in order, with what the node says now: a standing clients can see
@@ -329,6 +330,50 @@ struct BrokerMachineClusterTests {
             return
         }
         #expect(refused.code == .clusterUnavailable)
+    }
+
+    /// A session whose client was refused past the window does not outlive a rejoin: it is marked once, and after
+    /// the node joins under a new lease it ends here as node_lost (its end written) and its client is told
+    /// unknown_session. One whose client came back while the lease lived is not touched, nor is a session whose
+    /// client was never refused.
+    @Test func aRefusedSessionEndsWhenTheNodeRejoinsUnderANewLease() throws {
+        var node = Scripted(cluster: true)
+        #expect(node.machine.clusterStateChanged(to: .live(lease: 7), now: node.now) == true)
+        let refused = try node.hello("alice")
+        let cameBack = try node.hello("bob")
+        let untouched = try node.hello("carol")
+        _ = node.effects()
+        node.machine.clusterReported([], acceptsSessions: false, seqBase: 1_000, now: node.now)
+        for session in [refused, refused, cameBack] {
+            #expect(node.request(.heartbeat(session: session)) != .success(.done))
+        }
+        #expect(Self.writes(node.effects()) == [.abandonIfRejoined(id: "1"), .abandonIfRejoined(id: "2")])
+        // The window opens again under the same lease: bob's client comes back; nothing ends.
+        node.machine.clusterReported(
+            [.state(.live(lease: 7))], acceptsSessions: true, seqBase: 1_000, now: node.now)
+        #expect(node.request(.heartbeat(session: cameBack)) == .success(.done))
+        #expect(Self.writes(node.effects()).isEmpty)
+        // Refused again, then the lease runs out and the node joins under a new one.
+        node.machine.clusterReported([], acceptsSessions: false, seqBase: 1_000, now: node.now)
+        #expect(node.request(.status(session: refused, status: .away, text: nil)) != .success(.done))
+        _ = node.effects()
+        node.machine.clusterReported(
+            [.state(.joining(attempt: 1)), .state(.live(lease: 8))], acceptsSessions: true, seqBase: 1_000,
+            now: node.now)
+        let writes = Self.writes(node.effects())
+        guard case .endSession("1", let user?) = writes.first, writes.count == 1 else {
+            Issue.record("not one end of alice's session: \(writes)")
+            return
+        }
+        #expect(ClusterValues.decodeEnding(user.record)?.reason == .nodeLost)
+        guard case .failure(let error) = node.request(.heartbeat(session: refused)) else {
+            Issue.record("the refused session outlived the rejoin")
+            return
+        }
+        #expect(error.code == .unknownSession)
+        for session in [cameBack, untouched] {
+            #expect(node.request(.heartbeat(session: session)) == .success(.done))
+        }
     }
 
     /// A single broker has no cluster side: nothing it does writes to etcd.

@@ -20,6 +20,11 @@ struct ClusterSide {
     /// who can read etcd can read the keys.
     var numbers: [SessionID: UInt64] = [:]
     var lastNumber: UInt64 = 0
+    /// Sessions named in a request refused with `cluster_unavailable` whose clients have not come back since
+    /// (``BrokerMachine/noteRefusal(of:)``).
+    var refused: Set<SessionID> = []
+    /// The lease of the node's latest join: another one at the next `live` means the node joined again.
+    var lease: Int64?
     /// The last value of each user's key: why and when their latest session ended, as its node wrote it.
     var endings: [String: ClusterValues.Ending] = [:]
     /// When each lost incarnation's sessions ended, as etcd holds it (``ClusterKeys/Entry/lost(_:)``): the first
@@ -108,7 +113,7 @@ extension BrokerMachine {
         for notification in notifications {
             switch notification {
             case .state(let state):
-                guard clusterStateChanged(to: state), case .cluster(let side) = publishing else { continue }
+                guard clusterStateChanged(to: state, now: now), case .cluster(let side) = publishing else { continue }
                 effects.append(
                     .notice("cluster node \(side.standing.state.rawValue)", ["node": side.nodeID, "state": "\(state)"]))
                 effects.append(.publishHeartbeat)
@@ -132,13 +137,20 @@ extension BrokerMachine {
 
     /// The node's state changed; whether its standing, as clients see it, changed (the loop then sends the broker
     /// heartbeat at once, so that subscribers learn it).
-    mutating func clusterStateChanged(to state: NodeMembership.State) -> Bool {
-        withCluster { side in
-            let before = side.standing.state
-            side.state = state
-            guard side.standing.state != before else { return false }
-            return true
-        } ?? false
+    mutating func clusterStateChanged(to state: NodeMembership.State, now: BrokerTime) -> Bool {
+        let (changed, rejoined) =
+            withCluster { side in
+                let before = side.standing.state
+                side.state = state
+                var rejoined = false
+                if case .live(let lease) = state {
+                    rejoined = side.lease.map { $0 != lease } ?? false
+                    side.lease = lease
+                }
+                return (side.standing.state != before, rejoined)
+            } ?? (false, false)
+        if rejoined { endAbandonedSessions(now: now) }
+        return changed
     }
 
     /// Applies the cluster's changes, in etcd's order, to the view and publishes what they change. A node writes a
@@ -294,6 +306,51 @@ extension BrokerMachine {
         noteSessionEvents(now: now)
     }
 
+    /// A `heartbeat` or `status` refused because the node cannot vouch for the cluster now: its client was told
+    /// `cluster_unavailable` and moves to another node, where it says hello again. If the node's lease runs out
+    /// before its client comes back, the session must not come back with the node: the node asks not to write it
+    /// again at its next join (``ClusterNode/Write/abandonIfRejoined(id:)``), and ends it when it has joined
+    /// (``clusterStateChanged(to:now:)``). If the lease lives and the client comes back, nothing changes
+    /// (``noteRenewal(of:)``). Ending it at once would be wrong: every node of a cluster refuses during an etcd outage
+    /// longer than its window, and etcd keeps leases over an outage, so every session would end for nothing.
+    mutating func noteRefusal(of request: Request) {
+        guard let session = request.sessionNamed, core.user(ofAnySession: session) != nil else { return }
+        let number: UInt64? =
+            withCluster { side in
+                guard side.refused.insert(session).inserted else { return nil }
+                return side.numbers[session]
+            } ?? nil
+        if let number { effects.append(.clusterWrite(.abandonIfRejoined(id: String(number)))) }
+    }
+
+    /// A session's client came back while the lease lived: the session is no longer abandoned.
+    mutating func noteRenewal(of request: Request) {
+        guard case .cluster(let side) = publishing, !side.refused.isEmpty, let session = request.sessionNamed else {
+            return
+        }
+        withCluster { _ = $0.refused.remove(session) }
+    }
+
+    /// After a join under a new lease: the sessions whose clients were refused meanwhile, and did not come back, end
+    /// here as they ended everywhere else with the old lease (`node_lost`); a client that comes back to one gets
+    /// `unknown_session` and says hello again. Their ends are written too, in case the join wrote one again.
+    private mutating func endAbandonedSessions(now: BrokerTime) {
+        let abandoned: Set<SessionID> =
+            withCluster { side in
+                defer { side.refused = [] }
+                return side.refused
+            } ?? []
+        guard !abandoned.isEmpty else { return }
+        for session in abandoned.sorted(by: { $0.rawValue < $1.rawValue }) {
+            _ = core.end(session: session, reason: .nodeLost, now: now)
+        }
+        noteSessionEvents(now: now)
+        effects.append(
+            .notice(
+                "sessions refused while the lease ran out ended after the join",
+                ["sessions": "\(abandoned.count)"]))
+    }
+
     /// Writes to etcd what this node's sessions did: a session opened or changed is put (under the node's lease),
     /// one that ended is deleted with its user's key saying why.
     mutating func writeSessionEvents(_ events: [PresenceCore.SessionEvent], now: BrokerTime) {
@@ -326,6 +383,16 @@ extension ClusterStanding.State {
         case .live: self = acceptsSessions ? .live : .cutOff
         case .cutOff: self = .cutOff
         case .stopped: self = .stopped
+        }
+    }
+}
+
+extension Request {
+    /// The session a `heartbeat` or a `status` names; `nil` for any other request.
+    var sessionNamed: SessionID? {
+        switch self {
+        case .heartbeat(let id), .status(let id, _, _, _): id
+        default: nil
         }
     }
 }

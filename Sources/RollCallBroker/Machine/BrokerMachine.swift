@@ -109,7 +109,13 @@ struct BrokerMachine {
         // than believe a change that no other node will ever see (docs/cluster.md, "Honest under partition"). A `bye`
         // is still taken: an end is true whatever happens to the lease, and a bye refused now would let the session
         // come back when the node joins again.
-        if request.renewsSession, let refusal = clusterRefusal { return .failure(refusal) }
+        if request.renewsSession, case .cluster = publishing {
+            if let refusal = clusterRefusal {
+                noteRefusal(of: request)
+                return .failure(refusal)
+            }
+            noteRenewal(of: request)
+        }
         switch request {
         case .hello(let hello):
             if let refusal = clusterRefusal { return .failure(refusal) }

@@ -49,6 +49,10 @@ public final class ClusterNode: Sendable {
         /// Sent before the writes queued earlier: it touches no key of theirs, and every node holds its records until
         /// a stamp comes.
         case stampLoss(ClusterKeys.Incarnation, ending: String)
+        /// Session `id`'s client was refused (the node could not vouch for the cluster) and moved on: if the node
+        /// joins again under a new lease while this waits in the queue, the join does not write the session again.
+        /// Nothing is written to etcd; gone through the queue (the lease lived), it changes nothing.
+        case abandonIfRejoined(id: String)
 
         public static func == (lhs: Write, rhs: Write) -> Bool { "\(lhs)" == "\(rhs)" }
     }
@@ -314,8 +318,12 @@ public final class ClusterNode: Sendable {
         /// cluster's seq base if no node wrote it before.
         mutating func register(lease: Int64) throws {
             // Writes queued while the node was not live come first: a session they end is not written again (it
-            // would come back online under the new lease), one they change is written as it is now.
-            for write in node.shared.withLock({ $0.writes }) { noteLocal(write) }
+            // would come back online under the new lease), nor one whose client was refused and moved on; one they
+            // change is written as it is now.
+            for write in node.shared.withLock({ $0.writes }) {
+                noteLocal(write)
+                if case .abandonIfRejoined(let id) = write { localSessions[id] = nil }
+            }
             let incarnation = ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)
             var operations: [EtcdOperation] = [
                 .put(key: keys.key(.node(incarnation)), value: node.configuration.description, lease: lease)
@@ -447,6 +455,8 @@ public final class ClusterNode: Sendable {
                 return [.delete(key: keys.key(.group(id)), prefix: false)]
             case .stampLoss(let lost, let ending):
                 return [.put(key: keys.key(.lost(lost)), value: ending, lease: lease)]
+            case .abandonIfRejoined:
+                return []
             }
         }
 
@@ -464,6 +474,9 @@ public final class ClusterNode: Sendable {
         /// Sends a batch of writes as one transaction.
         mutating func perform(_ batch: ArraySlice<Write>) -> BatchOutcome {
             for write in batch { noteLocal(write) }
+            // Writes that change nothing in etcd (``Write/abandonIfRejoined(id:)``) send no transaction: an empty
+            // one would make no revision for the membership to expect back.
+            guard batch.contains(where: { !operations(for: $0).isEmpty }) else { return .written }
             let sent = nowMs
             do {
                 // A loss's stamp is written only if no node stamped that loss before (it is alone in its batch);
