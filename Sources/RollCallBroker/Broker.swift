@@ -115,10 +115,13 @@ public final class Broker: Service, Sendable {
         epoch = Token.random(bits: 64)
         let monitor = try router.monitor([.accepted, .disconnected], name: "router-\(epoch)", context: context)
         // With CURVE, the XPUB's disconnects too: a subscriber that leaves while its subscriptions wait to be read
-        // makes applying them unsafe in libzmq 4.3.4 (ManualSubscriptionGate.swift).
+        // makes applying them unsafe in libzmq 4.3.4 (ManualSubscriptionGate.swift); and its accepted connections,
+        // which a revocation may close (EventLoop+Security.swift).
         let xpubMonitor =
             configuration.curve == nil
-            ? nil : try xpub.monitor([.handshakeSucceeded, .disconnected], name: "xpub-\(epoch)", context: context)
+            ? nil
+            : try xpub.monitor(
+                [.accepted, .handshakeSucceeded, .disconnected], name: "xpub-\(epoch)", context: context)
         do {
             try router.bind(configuration.commandEndpoint)
         } catch {

@@ -27,6 +27,8 @@ struct ConnectionTracker {
         var id: ConnectionID
         /// The routing id its requests carry, once one arrived.
         var routingID: [UInt8]?
+        /// The `User-Id` its requests carry (with CURVE, its key's Z85 text), once one arrived.
+        var userID: String?
     }
 
     /// A monitor event.
@@ -69,7 +71,7 @@ struct ConnectionTracker {
     }
 
     /// The fast path: the origin of a request that needs no look at the monitor, or `nil` when the pending events
-    /// must be read (``apply(_:)``) before ``origin(descriptor:routingID:)`` can say. A routing id that libzmq made
+    /// must be read (``apply(_:)``) before ``origin(descriptor:routingID:userID:)`` can say. A routing id that libzmq made
     /// (five bytes, the first zero) names one connection for the socket's whole life, so a request whose descriptor
     /// and generated routing id are known together comes from that connection: one system call saved per request.
     func knownOrigin(descriptor: Int32, routingID: [UInt8]) -> RequestOrigin? {
@@ -81,8 +83,8 @@ struct ConnectionTracker {
     }
 
     /// The origin of a request, once every pending event has been applied. It binds the connection to the routing
-    /// id of its first request.
-    mutating func origin(descriptor: Int32, routingID: [UInt8]) -> RequestOrigin {
+    /// id and `User-Id` of its first request (libzmq gives every message of a connection the same `User-Id`).
+    mutating func origin(descriptor: Int32, routingID: [UInt8], userID: String? = nil) -> RequestOrigin {
         if let known = knownOrigin(descriptor: descriptor, routingID: routingID) { return known }
         if Self.isGenerated(routingID) && closedRoutingIDs.contains(routingID) { return .closed }  // a late message
         // The monitor has seen every connection, so a descriptor it does not know has closed.
@@ -97,8 +99,19 @@ struct ConnectionTracker {
             else { return .closed }
         }
         known.routingID = routingID
+        known.userID = userID
         byDescriptor[descriptor] = known
         return .connection(known.id)
+    }
+
+    /// The open connections whose requests carried a `User-Id` that `revoked` says yes to, with their descriptors, in
+    /// the order of their ids: those a reload must close. A connection that has sent no request yet is not known by
+    /// its key, and is not among them.
+    func connections(where revoked: (String) -> Bool) -> [(descriptor: Int32, connection: Connection)] {
+        byDescriptor.compactMap { descriptor, connection in
+            guard let userID = connection.userID, revoked(userID) else { return nil }
+            return (descriptor, connection)
+        }.sorted { $0.connection.id.rawValue < $1.connection.id.rawValue }
     }
 
     /// Remembers a closing connection's generated routing id, so that its late messages are recognised.

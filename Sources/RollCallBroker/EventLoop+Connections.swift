@@ -28,10 +28,10 @@ extension EventLoop {
 
     /// The connection a request came on, from its source descriptor and routing id: at once when the tracker
     /// knows them together, else after the pending connection events are read.
-    func origin(descriptor: Int32, routingID: [UInt8]) throws -> RequestOrigin {
+    func origin(descriptor: Int32, routingID: [UInt8], userID: String?) throws -> RequestOrigin {
         if let known = connections.knownOrigin(descriptor: descriptor, routingID: routingID) { return known }
         try handleConnectionEvents()
-        return connections.origin(descriptor: descriptor, routingID: routingID)
+        return connections.origin(descriptor: descriptor, routingID: routingID, userID: userID)
     }
 
     /// Closes a connection past `--max-connections` at once: it has sent nothing yet, so it holds no session; its

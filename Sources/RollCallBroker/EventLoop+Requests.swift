@@ -34,7 +34,10 @@ extension EventLoop {
         } else {
             let connection: ConnectionID?
             do {
-                switch try origin(descriptor: frames[bodyStart].sourceFD, routingID: frames[0].bytes) {
+                switch try origin(
+                    descriptor: frames[bodyStart].sourceFD, routingID: frames[0].bytes, userID: frames[bodyStart].userID
+                )
+                {
                 case .connection(let id): connection = id
                 case .untracked: connection = nil
                 case .closed:

@@ -41,11 +41,60 @@ extension EventLoop {
     /// What the connection a message came on may do (``CurveGate/access(userID:)``).
     func access(userID: String?) -> Access { curve.access(userID: userID) }
 
-    /// Takes a reloaded table: handshakes and messages from now on are checked against it.
+    /// Takes a reloaded table: handshakes and messages from now on are checked against it, and what the keys it
+    /// removed hold is ended at once (``revoke(_:)``).
     func replace(authorizedKeys keys: AuthorizedKeys) {
-        guard let (added, removed) = curve.replace(with: keys) else { return }
+        guard let reload = curve.replace(with: keys) else { return }
         logger.info(
             "authorized keys replaced",
-            metadata: ["keys": "\(keys.roles.count)", "added": "\(added)", "removed": "\(removed)"])
+            metadata: ["keys": "\(keys.roles.count)", "added": "\(reload.added)", "removed": "\(reload.removed.count)"])
+        if !reload.removed.isEmpty { revoke(reload) }
+    }
+
+    /// Ends what the keys a reload removed hold (docs/security.md, "Rotate keys"):
+    /// - their update connections are shut down first, before any end is published, so that they receive nothing
+    ///   from the reload on. The XPUB does not say which connection a key's subscriptions came on (its messages carry
+    ///   no `ZMQ_SRCFD`), so every update connection from a peer address the removed keys passed ZAP from is shut
+    ///   down; an authorized subscriber from the same address reconnects and subscribes again by itself (libzmq's SUB
+    ///   does), and gets each topic's last value again;
+    /// - their sessions end, reason `revoked` (BrokerMachine.revoke), and the command connections their requests
+    ///   came on are shut down.
+    /// libzmq then sees end-of-file on each and closes it itself; the key cannot connect again (ZAP refuses it).
+    func revoke(_ reload: CurveGate.Reload) {
+        // Read the pending connection events first: a descriptor still known then is the connection it names
+        // (libzmq reports a close before it closes the descriptor, ConnectionTracker.swift).
+        do {
+            try handleConnectionEvents()
+            try noteSubscriberDisconnects()
+        } catch {
+            logger.error("reading connection events failed", metadata: ["error": "\(error)"])
+        }
+        var updateConnections = 0
+        for descriptor in xpubConnections.sorted()
+        where reload.mayBeRevoked(address: ConnectionDescriptor.peerAddress(descriptor)) {
+            if ConnectionDescriptor.shutDown(descriptor) { updateConnections += 1 }
+        }
+        let removed = Set(reload.removed.map(\.z85))
+        let commandConnections = connections.connections(where: removed.contains)
+        let now = clock.now()
+        for key in reload.removed {
+            let own = commandConnections.filter { $0.connection.userID == key.z85 }
+            var closed = 0
+            for (descriptor, _) in own where ConnectionDescriptor.shutDown(descriptor) { closed += 1 }
+            let ended = machine.revoke(own.map(\.connection.id), now: now)
+            carryOutEffects()
+            logger.notice(
+                "key revoked: its sessions ended (reason revoked) and its command connections closed",
+                metadata: ["key": "\(key)", "sessions_ended": "\(ended)", "command_connections_closed": "\(closed)"])
+        }
+        logger.notice(
+            """
+            update connections closed from the removed keys' addresses (authorized subscribers among them reconnect \
+            by themselves)
+            """,
+            metadata: [
+                "update_connections_closed": "\(updateConnections)",
+                "addresses": "\(reload.anyAddress ? "any" : reload.addresses.sorted().joined(separator: ","))",
+            ])
     }
 }

@@ -56,9 +56,12 @@ extension EventLoop {
         guard let xpubMonitor = sockets.xpubMonitor else { return }
         while let event = try xpubMonitor.receiveMonitorEvent() {
             switch event.kind {
+            case .accepted:
+                xpubConnections.insert(event.value)
             case .handshakeSucceeded:
                 xpubSubscribers.insert(event.value)
             case .disconnected:
+                xpubConnections.remove(event.value)
                 // A connection that never completed its handshake never had a subscription queued.
                 if xpubSubscribers.remove(event.value) != nil { subscriptionGate.subscriberLeft() }
             default:

@@ -24,6 +24,9 @@ final class EventLoop {
     var subscriptionWarnings = WarningThrottle()
     /// The descriptors of XPUB connections whose handshake succeeded (CURVE only): only they can have subscriptions.
     var xpubSubscribers = Set<Int32>()
+    /// The descriptors of the XPUB's open connections (CURVE only), from its monitor's ACCEPTED and DISCONNECTED
+    /// (HANDSHAKE_SUCCEEDED carries no descriptor): those a revocation may close (EventLoop+Security.swift).
+    var xpubConnections = Set<Int32>()
     let logger: Logger
     var clock: BrokerClock
     /// The broker's decisions (Machine/BrokerMachine.swift); the loop feeds it and carries out its effects.

@@ -162,6 +162,23 @@ extension PresenceCore {
             .map(Action.publish)
     }
 
+    /// Ends at once, with `reason`, the live sessions whose latest request came over `connection`, which is about to
+    /// be closed by the broker, not the client: a connection whose CURVE key was revoked (`revoked`). No grace
+    /// period applies, and the connection's later close ends nothing. Sessions that had moved to another connection
+    /// are not touched.
+    public mutating func endSessions(
+        onConnection connection: ConnectionID, reason: OfflineReason, now: BrokerTime
+    ) -> [Action] {
+        guard let ids = connections.removeValue(forKey: connection) else { return [] }
+        var byUser: [UserID: [SessionID]] = [:]
+        for id in ids {
+            guard let session = sessions[id], session.isNameable else { continue }
+            byUser[session.user, default: []].append(id)
+        }
+        return byUser.keys.sorted().flatMap { user in end(byUser[user]!, of: user, now: now, reason: reason) }
+            .map(Action.publish)
+    }
+
     /// What others may know of live session `id` (its user, device, status and text), or `nil` if there is no such
     /// session of this broker's clients: what a cluster node writes to the cluster's store.
     public func description(of id: SessionID) -> SessionDescription? {

@@ -39,4 +39,7 @@ public enum OfflineReason: String, Sendable, CaseIterable {
     /// The cluster node that held the last available session was lost: it died, or it was cut off from the
     /// cluster's store for longer than its lease (docs/cluster.md).
     case nodeLost = "node_lost"
+    /// The CURVE key whose connection carried the last available session was removed from the authorized keys
+    /// (SIGHUP): the broker ended the session at the reload and closed the connection (docs/security.md).
+    case revoked
 }

@@ -84,10 +84,6 @@ extension Socket {
     }
 }
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 extension MonitorEvent {
     /// Ends the connection an `accepted` event reported, from under libzmq: `shutdown(2)` both ways, never
     /// `close(2)`, so the descriptor stays libzmq's until libzmq, reading end-of-file, closes the connection itself
@@ -95,7 +91,7 @@ extension MonitorEvent {
     /// whether the call succeeded (it fails harmlessly if the connection is already gone).
     @discardableResult
     public func shutDownConnection() -> Bool {
-        guard kind == .accepted, value >= 0 else { return false }
-        return shutdown(value, Int32(SHUT_RDWR)) == 0
+        guard kind == .accepted else { return false }
+        return ConnectionDescriptor.shutDown(value)
     }
 }

@@ -121,7 +121,7 @@ extension Integration {
             #expect(try httpGet(port: port, "/healthz").status == 200)
             // Before any session ended, every reason is already exported at 0 (Prometheus' convention).
             let first = try parsePrometheus(httpGet(port: port, "/metrics").body)
-            for reason in ["bye", "status", "closed", "timeout", "restart", "node_lost"] {
+            for reason in ["bye", "status", "closed", "timeout", "restart", "node_lost", "revoked"] {
                 #expect(first[#"rollcall_sessions_ended_total{reason="\#(reason)"}"#] == 0, "\(reason)")
             }
 

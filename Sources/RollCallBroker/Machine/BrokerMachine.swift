@@ -214,6 +214,19 @@ struct BrokerMachine {
         return actions.count
     }
 
+    /// The CURVE keys of `connections` were removed from the authorized keys (SIGHUP): the sessions whose latest
+    /// request came over them end at once, reason `revoked`, with no grace period (the loop then closes the
+    /// connections, whose close ends nothing more). On a node of a cluster the ends are written to etcd. Returns how
+    /// many sessions ended.
+    mutating func revoke(_ connections: [ConnectionID], now: BrokerTime) -> Int {
+        let before = core.sessionsEnded[.revoked, default: 0]
+        for connection in connections {
+            publishLocal(core.endSessions(onConnection: connection, reason: .revoked, now: now), now: now)
+        }
+        noteSessionEvents(now: now)
+        return Int(core.sessionsEnded[.revoked, default: 0] - before)
+    }
+
     /// Does what is due by `now`: sessions that expire, held statuses, group flushes, on this node's core and on the
     /// cluster's view.
     mutating func tick(now: BrokerTime) {

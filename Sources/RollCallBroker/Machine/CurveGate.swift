@@ -8,6 +8,13 @@ import ZeroMQ
 struct CurveGate {
     /// The keys that may connect and their roles (`nil`: no CURVE). SIGHUP replaces it.
     private(set) var keys: AuthorizedKeys?
+    /// The peer addresses (IP, as ZAP gives it, without a port) each key completed a ZAP check from, since it was
+    /// last listed: where a revoked key's update connections may be (``Reload``). Up to ``maxAddressesPerKey`` a key.
+    private(set) var addresses: [CurveKey: Set<String>] = [:]
+    /// Keys seen from more addresses than are remembered: their update connections may be anywhere.
+    private(set) var seenEverywhere: Set<CurveKey> = []
+    /// How many addresses are remembered per key.
+    static let maxAddressesPerKey = 256
 
     init(keys: AuthorizedKeys?) { self.keys = keys }
 
@@ -21,7 +28,8 @@ struct CurveGate {
     /// The answer to one ZAP request: a known CURVE key is accepted (200) with its Z85 text as the connection's
     /// `User-Id`, which libzmq attaches to every message of the connection; anything else is refused (400), and a
     /// request that is not ZAP 1.0 gets 500.
-    func zapReply(to request: [[UInt8]]) -> ZapAnswer {
+    /// The key's peer address is remembered (``addresses``).
+    mutating func zapReply(to request: [[UInt8]]) -> ZapAnswer {
         // 1.0, request id, domain, address, routing id, mechanism, then the mechanism's credentials.
         guard request.count >= 6, request[0] == Array("1.0".utf8) else {
             let id = request.count > 1 ? request[1] : []
@@ -38,6 +46,7 @@ struct CurveGate {
         }
         guard let text = Curve.z85(request[6]), let key = CurveKey(text) else { return refuse("unreadable key") }
         guard keys?.role(of: key) != nil else { return refuse("key \(key) is not authorized") }
+        remember(String(decoding: request[3], as: UTF8.self), of: key)
         return ZapAnswer(reply: [version, id, Array("200".utf8), Array("OK".utf8), Array(text.utf8), []])
     }
 
@@ -49,10 +58,47 @@ struct CurveGate {
         return .role(role)
     }
 
-    /// Takes a reloaded table; how many keys were added and removed. Without CURVE a table is not taken (`nil`).
-    mutating func replace(with new: AuthorizedKeys) -> (added: Int, removed: Int)? {
+    /// What a reload changed: how many keys were added, which were removed, and where the removed ones connected
+    /// from.
+    struct Reload: Equatable {
+        var added: Int
+        /// The keys removed, in the order of their text.
+        var removed: [CurveKey]
+        /// The peer addresses the removed keys passed a ZAP check from.
+        var addresses: Set<String>
+        /// Whether a removed key was seen from more addresses than are remembered: any address may be its.
+        var anyAddress: Bool
+
+        /// Whether an update connection from `address` may be a removed key's; one whose address cannot be read
+        /// (`nil`) may be anyone's, and is.
+        func mayBeRevoked(address: String?) -> Bool {
+            guard !removed.isEmpty else { return false }
+            guard let address else { return true }
+            return anyAddress || addresses.contains(address)
+        }
+    }
+
+    /// Takes a reloaded table; what changed. Without CURVE a table is not taken (`nil`).
+    mutating func replace(with new: AuthorizedKeys) -> Reload? {
         guard let before = keys?.roles else { return nil }
         keys = new
-        return (new.roles.keys.filter { before[$0] == nil }.count, before.keys.filter { new.roles[$0] == nil }.count)
+        let removed = before.keys.filter { new.roles[$0] == nil }.sorted { $0.z85 < $1.z85 }
+        var reload = Reload(
+            added: new.roles.keys.filter { before[$0] == nil }.count, removed: removed, addresses: [],
+            anyAddress: false)
+        for key in removed {
+            reload.addresses.formUnion(addresses.removeValue(forKey: key) ?? [])
+            if seenEverywhere.remove(key) != nil { reload.anyAddress = true }
+        }
+        return reload
+    }
+
+    private mutating func remember(_ address: String, of key: CurveKey) {
+        guard !seenEverywhere.contains(key) else { return }
+        guard addresses[key, default: []].insert(address).inserted else { return }
+        if addresses[key]!.count > Self.maxAddressesPerKey {
+            addresses[key] = nil
+            seenEverywhere.insert(key)
+        }
     }
 }

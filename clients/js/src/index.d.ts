@@ -16,7 +16,7 @@ export interface PresenceRecord {
   sessions: number;
   /** The record's version: only ever grows within a broker run (0 in the unknown record). */
   seq: number;
-  /** Why the user is offline: bye, status, closed, timeout, restart, node_lost, or a newer one. */
+  /** Why the user is offline: bye, status, closed, timeout, restart, node_lost, revoked, or a newer one. */
   reason?: string;
   /** Where the record stands in the broker's presence log (docs/history.md), on a broker that keeps one. */
   offset?: number;
