@@ -70,7 +70,7 @@ extension EventLoop {
             logger.error("reading connection events failed", metadata: ["error": "\(error)"])
         }
         var updateConnections = 0
-        for descriptor in xpubConnections.sorted()
+        for descriptor in subscriberConnections.open.sorted()
         where reload.mayBeRevoked(address: ConnectionDescriptor.peerAddress(descriptor)) {
             if ConnectionDescriptor.shutDown(descriptor) { updateConnections += 1 }
         }

@@ -57,13 +57,12 @@ extension EventLoop {
         while let event = try xpubMonitor.receiveMonitorEvent() {
             switch event.kind {
             case .accepted:
-                xpubConnections.insert(event.value)
+                subscriberConnections.accepted(event.value)
             case .handshakeSucceeded:
-                xpubSubscribers.insert(event.value)
+                subscriberConnections.handshakeSucceeded()
             case .disconnected:
-                xpubConnections.remove(event.value)
                 // A connection that never completed its handshake never had a subscription queued.
-                if xpubSubscribers.remove(event.value) != nil { subscriptionGate.subscriberLeft() }
+                if subscriberConnections.disconnected(event.value) { subscriptionGate.subscriberLeft() }
             default:
                 break
             }

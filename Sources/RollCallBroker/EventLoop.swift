@@ -22,11 +22,9 @@ final class EventLoop {
     /// What may be applied in the XPUB's manual mode (CURVE), and when a subscriber's stray message was last logged.
     var subscriptionGate = ManualSubscriptionGate()
     var subscriptionWarnings = WarningThrottle()
-    /// The descriptors of XPUB connections whose handshake succeeded (CURVE only): only they can have subscriptions.
-    var xpubSubscribers = Set<Int32>()
-    /// The descriptors of the XPUB's open connections (CURVE only), from its monitor's ACCEPTED and DISCONNECTED
-    /// (HANDSHAKE_SUCCEEDED carries no descriptor): those a revocation may close (EventLoop+Security.swift).
-    var xpubConnections = Set<Int32>()
+    /// The XPUB's connections (CURVE only): open ones, and those that may have subscriptions
+    /// (Machine/SubscriberConnections.swift).
+    var subscriberConnections = SubscriberConnections()
     let logger: Logger
     var clock: BrokerClock
     /// The broker's decisions (Machine/BrokerMachine.swift); the loop feeds it and carries out its effects.
