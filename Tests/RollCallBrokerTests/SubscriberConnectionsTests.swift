@@ -1,4 +1,6 @@
+import Foundation
 import Testing
+import ZeroMQ
 
 @testable import RollCallBroker
 
@@ -51,5 +53,78 @@ struct SubscriberConnectionsTests {
         connections.handshakeSucceeded()
         #expect(!connections.open.contains(0))
         #expect(connections.disconnected(12) == true)
+    }
+}
+
+/// The same machine fed by a real XPUB's monitor, as the loop feeds it: a CURVE subscriber that subscribed and left
+/// counts, a TCP peer that never completed a handshake does not.
+@Suite("Update socket connections on libzmq's own events")
+struct SubscriberConnectionsOnLibzmqTests {
+    @Test func aRealSubscribersCloseCountsAndAHandshakelessOneDoesNot() throws {
+        let context = try Context()
+        let server = try Curve.keyPair()
+        let client = try Curve.keyPair()
+        let xpub = try Socket(context, .xpub)
+        try xpub.set(.linger(milliseconds: 0))
+        try xpub.set(.curveServer(true))
+        try xpub.set(.curveSecretKey(server.secretKey))
+        let monitor = try xpub.monitor(
+            [.accepted, .handshakeSucceeded, .disconnected], name: "subscriber-connections", context: context)
+        try xpub.bind("tcp://127.0.0.1:*")
+        let endpoint = try xpub.lastEndpoint()
+        var connections = SubscriberConnections()
+        var closes: [Bool] = []
+        /// Feeds the monitor's events to the machine until `done` says so, within 5 s.
+        func feed(until done: () -> Bool) throws {
+            let deadline = ContinuousClock.now + .seconds(5)
+            while !done() {
+                guard ContinuousClock.now < deadline else { throw Failure("no such events within 5 s: \(closes)") }
+                guard let event = try monitor.receiveMonitorEvent() else {
+                    Thread.sleep(forTimeInterval: 0.005)
+                    continue
+                }
+                switch event.kind {
+                case .accepted: connections.accepted(event.value)
+                case .handshakeSucceeded: connections.handshakeSucceeded()
+                case .disconnected: closes.append(connections.disconnected(event.value))
+                default: break
+                }
+            }
+        }
+
+        let subscriber = try Socket(context, .xsub)
+        try subscriber.set(.linger(milliseconds: 0))
+        try subscriber.set(.curveServerKey(server.publicKey))
+        try subscriber.set(.curvePublicKey(client.publicKey))
+        try subscriber.set(.curveSecretKey(client.secretKey))
+        try subscriber.connect(endpoint)
+        _ = try subscriber.send([1] + Array("presence/bob/".utf8))
+        let deadline = ContinuousClock.now + .seconds(5)
+        while try xpub.receiveFrame() == nil {
+            guard ContinuousClock.now < deadline else { throw Failure("the subscription never arrived") }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        subscriber.close()
+        try feed { closes.count == 1 }
+        #expect(closes == [true])
+
+        // A peer that opens a TCP connection and closes it without a handshake.
+        let port = try #require(endpoint.split(separator: ":").last.flatMap { UInt16($0) })
+        let raw = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(raw, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        #expect(connected == 0)
+        try feed { !connections.open.isEmpty }
+        close(raw)
+        try feed { closes.count == 2 }
+        #expect(closes == [true, false])
+        #expect(connections.open.isEmpty)
     }
 }
