@@ -37,7 +37,9 @@ struct StoreWriterLogTests {
         func restartLog() throws -> String { try inner.restartLog() }
     }
 
-    private func entry(_ offset: UInt64) -> LogEntry {
+    private func entry(_ offset: UInt64) -> LogEntry { Self.entry(offset) }
+
+    private static func entry(_ offset: UInt64) -> LogEntry {
         let record = PresenceRecord(
             user: UserID(validating: "u\(offset)")!, status: .online, since: BrokerTime(milliseconds: 1),
             lastSeen: BrokerTime(milliseconds: 1), sessions: 1, seq: offset, offset: offset)
@@ -86,21 +88,30 @@ struct StoreWriterLogTests {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         let writer = StoreWriter(store: store, logger: logger, wakeLoop: {})
-        var offset: UInt64 = 0
-        let deadline = ContinuousClock.now + .seconds(10)
-        while store.failedAt.withLock({ $0.count }) < 3 {
-            guard ContinuousClock.now < deadline else { throw WaitFailure() }
-            offset += 1
-            writer.enqueue(StoreBatch(brokerTime: BrokerTime(milliseconds: 1), log: [entry(offset)]))
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        // The changes come from a thread of their own, as from the loop: a task sleeping a millisecond at a time
+        // can wait seconds for a turn of Swift Concurrency's two threads while the rest of the suite runs.
+        let enqueued = Atomic<UInt64>(0)
+        let stop = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            while !stop.load(ordering: .acquiring) {
+                let offset = enqueued.add(1, ordering: .acquiringAndReleasing).newValue
+                writer.enqueue(StoreBatch(brokerTime: BrokerTime(milliseconds: 1), log: [Self.entry(offset)]))
+                Thread.sleep(forTimeInterval: 0.001)
+            }
+            done.signal()
+        }.start()
+        try await waitUntil(seconds: 10) { store.failedAt.withLock { $0.count } >= 3 }
+        stop.store(true, ordering: .releasing)
+        done.wait()
         let attempts = store.failedAt.withLock { $0 }
         for (earlier, later) in zip(attempts, attempts.dropFirst()) {
             #expect(later - earlier >= .milliseconds(990))
         }
-        // The last attempt carried everything enqueued before it, the first change included.
+        // The last attempt carried everything enqueued before it, the first change included; and far more changes
+        // came than attempts were made (two seconds of a change a millisecond).
         #expect(store.lastFailed.withLock { $0.first } == 1)
-        #expect(offset > 100)
+        #expect(enqueued.load(ordering: .acquiring) > 100)
         #expect(!writer.finish())
     }
 
