@@ -34,6 +34,8 @@ public struct BrokerConfiguration: Sendable {
     /// How long the presence log keeps transitions (docs/history.md): 7 days; 0 keeps no log. Only with a data
     /// directory, and not on a node of a cluster.
     public var historyRetentionMilliseconds: Int64 = 604_800_000
+    /// Tests only (`@testable`): runs on the log's reader thread before each read, so that a test can hold a read.
+    var logReadHook: (@Sendable () -> Void)?
     /// How often the broker publishes its own heartbeat on `broker/`.
     public var brokerHeartbeatMilliseconds: Int64 = 1_000
     /// The broker's id, as `ping` answers it.

@@ -22,9 +22,17 @@ extension EventLoop {
     }
 
     /// Where a reply goes: on the ROUTER with its envelope, or to a WebSocket connection.
-    enum ReplyRoute {
+    enum ReplyRoute: Sendable {
         case router(envelope: [[UInt8]])
         case webSocket(ConnectionID)
+
+        /// The queue of the connection the reply goes to (its routing id is the envelope's first frame).
+        var key: FairnessKey {
+            switch self {
+            case .router(let envelope): .router(envelope.first ?? [])
+            case .webSocket(let id): .webSocket(id)
+            }
+        }
     }
 
     /// What answering a request takes.
@@ -86,11 +94,19 @@ extension EventLoop {
     var hasDeferredWork: Bool { !deferred.isEmpty }
 
     /// Works through the queues, one expensive request (and the cheap ones queued behind it) per connection per
-    /// turn (FairQueue.swift), until they are empty or the slice is used up.
+    /// turn (FairQueue.swift), until they are empty or the slice is used up. A read of the log goes to the reader
+    /// thread: its connection is held, the rest of its turn behind the read, until the reply (EventLoop+History.swift).
     func handleDeferredWork() {
         let start = ContinuousClock.now
         while let turn = deferred.nextTurn() {
-            for item in turn.items { answer(item.work, route: item.route) }
+            for (index, item) in turn.items.enumerated() {
+                let started = takeTurn(item.work, route: item.route)
+                if started == .done { continue }
+                let rest = turn.items[(started == .reading ? index + 1 : index)...]
+                deferred.hold(turn.key, rest: rest.map { ($0, $0.expensive, $0.work.bytes) })
+                if started == .full { history?.slots.park(turn.key) }
+                break
+            }
             if ContinuousClock.now - start >= Self.expensiveSlice { return }
         }
     }
@@ -113,34 +129,6 @@ extension EventLoop {
             default:
                 continue
             }
-        }
-    }
-}
-
-extension Request {
-    /// Whether the reply can be large: a group (a page of members) or a query of many users.
-    var isExpensive: Bool {
-        switch self {
-        case .group, .history, .events: true
-        case .query(let users), .queryAt(let users, _): users.count > 32
-        default: false
-        }
-    }
-
-    /// Whether the request renews a session it names: `heartbeat`, `status`.
-    var renewsSession: Bool {
-        switch self {
-        case .heartbeat, .status: true
-        default: false
-        }
-    }
-
-    /// Whether the request only reads (its reply is all it does).
-    var isRead: Bool {
-        switch self {
-        case .query, .ping, .queryAt, .history, .events: true
-        case .group(_, let edit, _): edit.isReadOnly
-        default: false
         }
     }
 }

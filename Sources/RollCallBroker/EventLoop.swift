@@ -109,7 +109,8 @@ final class EventLoop {
             let keep = configuration.historyRetentionMilliseconds > 0 && cluster == nil
             if let (state, log) = try store.openLog(keep: keep), keep {
                 core.startLog(after: state.lastOffset)
-                history = LoopHistory(log: log, epoch: state.epoch)
+                let reader = LogReader(log: try log.readOnlyConnection(), beforeRead: configuration.logReadHook)
+                history = LoopHistory(log: log, epoch: state.epoch, reader: reader)
                 logger.info(
                     "presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
             }
@@ -151,8 +152,9 @@ final class EventLoop {
     func run(stopping: borrowing Atomic<Bool>) throws {
         cluster?.node.start()
         defer {
-            // Revokes the node's lease: its sessions end everywhere at once (node_lost).
+            // Revokes the node's lease: its sessions end everywhere at once (node_lost). A read in flight is dropped.
             cluster?.node.stop()
+            history?.reader?.stop()
             sockets.close()
         }
         do {

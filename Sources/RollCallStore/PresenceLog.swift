@@ -30,15 +30,23 @@ public final class PresenceLog: Sendable {
     /// The database file.
     public let path: String
 
-    /// Opens the log of the store in `directory` (made by ``SQLiteStore``, which must be opened first).
-    public init(directory: String) throws {
+    /// Opens the log of the store in `directory` (made by ``SQLiteStore``, which must be opened first); with
+    /// `readOnly`, on a connection that cannot write (webhook cursors then cannot be saved).
+    public init(directory: String, readOnly: Bool = false) throws {
         path = (directory.hasSuffix("/") ? directory : directory + "/") + "rollcall.sqlite3"
         var configuration = Configuration()
         configuration.busyMode = .timeout(5)
+        configuration.readonly = readOnly
         let path = path
         database = try SQLiteStore.sqlite(.open, path: path) {
             try DatabaseQueue(path: path, configuration: configuration)
         }
+    }
+
+    /// Another connection to the same file, read-only: a reader thread of its own never waits behind this one's
+    /// users (GRDB serializes the uses of one connection; WAL lets connections read side by side).
+    public func readOnlyConnection() throws -> PresenceLog {
+        try PresenceLog(directory: String(path.dropLast("rollcall.sqlite3".count)), readOnly: true)
     }
 
     /// Where the log stands now; `lastOffset` only with `withLastOffset` (it reads every user's row).
@@ -80,13 +88,14 @@ public final class PresenceLog: Sendable {
             order: "log_offset", limit: limit)
     }
 
-    /// Each user's latest entry at or before `time`, for those who have one.
-    public func latest(of users: [UserID], at time: BrokerTime) throws -> [UserID: LogEntry] {
+    /// Each user's latest entry at or before `time`, for those who have one; only entries at or below `through`.
+    public func latest(of users: [UserID], at time: BrokerTime, through: UInt64 = .max) throws -> [UserID: LogEntry] {
         try read { db in
             var found: [UserID: LogEntry] = [:]
             for user in users {
                 let rows = try Self.entries(
-                    db, where: "user = ? AND +at <= ?", arguments: [user.rawValue, time.milliseconds],
+                    db, where: "user = ? AND +at <= ? AND +log_offset <= ?",
+                    arguments: [user.rawValue, time.milliseconds, Int64(clamping: through)],
                     order: "log_offset DESC", limit: 1)
                 if let entry = rows.first { found[user] = entry }
             }

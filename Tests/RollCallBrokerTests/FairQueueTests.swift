@@ -28,6 +28,34 @@ struct FairQueueTests {
         #expect(queue.bytes == 0)
     }
 
+    /// A peer held while its read is off the loop gets no turn: the rest of its turn goes back at the head of its
+    /// queue, what it sends meanwhile queues behind, and once released it takes turns again in the same order.
+    /// Other peers go on; a peer that closes while held leaves nothing behind.
+    @Test func aHeldPeerWaitsInOrderUntilReleased() {
+        var queue = Queue()
+        queue.append("history", for: "a", expensive: true, bytes: 5)
+        queue.append("ping", for: "a", expensive: false, bytes: 1)
+        queue.append("group", for: "b", expensive: true, bytes: 5)
+        let first = queue.nextTurn()
+        #expect(first?.key == "a" && first?.items == ["history", "ping"])
+        queue.hold("a", rest: [("ping", false, 1)])  // the history went to the reader; the ping waits behind it
+        #expect(queue.isWaiting("a"))
+        queue.append("heartbeat", for: "a", expensive: false, bytes: 1)
+        #expect(queue.bytes == 7)
+        #expect(Self.drain(&queue) == [["b:group"]])
+        #expect(queue.isEmpty && queue.isWaiting("a"))
+        queue.release("a")
+        #expect(Self.drain(&queue) == [["a:ping", "a:heartbeat"]])
+        #expect(!queue.isWaiting("a") && queue.bytes == 0)
+
+        queue.hold("c")
+        queue.append("status", for: "c", expensive: false, bytes: 1)
+        #expect(queue.isEmpty)
+        #expect(queue.removeAll(for: "c") == ["status"])
+        queue.release("c")
+        #expect(!queue.isWaiting("c") && queue.isEmpty && queue.bytes == 0)
+    }
+
     /// The cheap items right behind an expensive one go in its turn; the next expensive one waits for the next.
     @Test func cheapItemsRideWithTheExpensiveOneBeforeThem() {
         var queue = Queue()

@@ -1,0 +1,266 @@
+import DequeModule
+import RollCallCore
+import RollCallStore
+import RollCallWire
+
+/// The loop's side of the presence log (docs/history.md): the core numbers transitions; the loop hands them to the
+/// store's writer every round, and keeps them here until they are in the file, so that a read always sees
+/// everything published before it. The reads themselves run on the log's reader thread (LogReader.swift).
+struct LoopHistory {
+    let log: PresenceLog
+    private(set) var epoch: String
+    /// Transitions handed to the writer and not known to be in the file yet, in offset order.
+    var unwritten = Deque<LogEntry>()
+    /// The thread that reads the file for `history`, `events` and `query` with `at`; `nil` in tests without one.
+    let reader: LogReader?
+    /// The reads in flight and the connections waiting for room (LogReadSlots).
+    var slots = LogReadSlots()
+
+    init(log: PresenceLog, epoch: String, reader: LogReader? = nil) {
+        self.log = log
+        self.epoch = epoch
+        self.reader = reader
+    }
+
+    /// The log started over under `epoch`: what waited for the writer is gone with the old log.
+    mutating func restart(epoch: String) {
+        self.epoch = epoch
+        unwritten.removeAll()
+    }
+
+    /// Forgets the transitions the writer has written (at or below `committed`).
+    mutating func forget(through committed: UInt64) {
+        while let first = unwritten.first, first.offset <= committed { unwritten.removeFirst() }
+    }
+
+    /// The transitions not in the file as of `committed` that `include` keeps, oldest first.
+    func pending(above committed: UInt64, where include: (LogEntry) -> Bool) -> [LogEntry] {
+        unwritten.filter { $0.offset > committed && include($0) }
+    }
+}
+
+extension StoreBatch {
+    /// The batch with `entries` appended to its log.
+    func appendingLog(_ entries: [LogEntry]) -> StoreBatch {
+        var batch = self
+        batch.log += entries
+        return batch
+    }
+}
+
+/// One read of the presence log, in three steps: prepared on the loop (``prepare(_:history:committed:logOffset:now:viewer:core:)``:
+/// what the loop alone knows, taken at the moment of the request), run on the reader thread (``fetch(from:)``:
+/// the file, nothing of the loop's), and answered on the loop (``reply(_:core:now:)``: privacy, judged with the
+/// core as it is at the moment of the reply). Pure apart from the file: tested without threads.
+struct LogRead: Sendable {
+    enum Kind: Sendable {
+        case events(after: UInt64, limit: Int)
+        /// With the offset of the entry the reader fetches for a viewer that lost sight of the user (its
+        /// `lastSeen`), when that entry is in the file.
+        case history(HistoryQuery, lastSeen: UInt64?)
+        case at(users: [UserID], at: BrokerTime)
+    }
+
+    let kind: Kind
+    /// The highest offset in the file at the request: rows above it come from `pending`, so none is missing or twice.
+    let committed: UInt64
+    /// The transitions of the read not in the file at the request (taken from ``LoopHistory/unwritten``).
+    let pending: [LogEntry]
+    /// A viewer's `lastSeen` entry when it was not in the file at the request.
+    let lastSeenPending: LogEntry?
+    /// The cursor the reader checks against the file's trimming.
+    let cursor: UInt64?
+    /// Where the log stood at the request: the reply's position, whatever was published while the file was read.
+    let position: LogPosition
+    let now: BrokerTime
+    let viewer: UserID?
+
+    /// What the reader found.
+    struct Rows: Sendable {
+        var entries: [LogEntry] = []
+        var lastSeen: LogEntry?
+        var latest: [UserID: LogEntry] = [:]
+    }
+
+    /// Prepares `request` (a `history`, `events` or `query` with `at`) with what the loop holds now, or refuses it
+    /// (a cursor of another epoch or ahead of the log, `at` ahead of the clock).
+    static func prepare(
+        _ request: Request, history: LoopHistory, committed: UInt64, logOffset: UInt64, now: BrokerTime,
+        viewer: UserID?, core: PresenceCore
+    ) -> Result<LogRead, PresenceError> {
+        let position = LogPosition(epoch: history.epoch, offset: logOffset)
+        let read = { (kind: Kind, pending: [LogEntry], lastSeen: LogEntry?, cursor: UInt64?) in
+            LogRead(
+                kind: kind, committed: committed, pending: pending, lastSeenPending: lastSeen, cursor: cursor,
+                position: position, now: now, viewer: viewer)
+        }
+        switch request {
+        case .events(let after, let epoch, let limit):
+            if let refusal = refusal(of: after, epoch: epoch, history: history, logOffset: logOffset) {
+                return .failure(refusal)
+            }
+            // Older entries come first from the file: only the first `limit` of these can make the page.
+            let pending = history.pending(above: max(after, committed)) { _ in true }.prefix(limit)
+            return .success(read(.events(after: after, limit: limit), Array(pending), nil, nil))
+        case .history(let query):
+            let pending = history.pending(above: max(query.after ?? 0, committed)) { entry in
+                entry.record.user == query.user && within(query)(entry)
+            }
+            var lastSeen: (offset: UInt64, entry: LogEntry?)?
+            if let viewer, let offset = core.lostSight(of: query.user, by: viewer, now: now), offset > 0 {
+                let unwritten = history.pending(above: committed) {
+                    $0.offset == offset && $0.record.user == query.user
+                }
+                lastSeen = offset > committed ? (0, unwritten.first) : (offset, nil)
+            }
+            let fetch = lastSeen.flatMap { $0.offset > 0 ? $0.offset : nil }
+            return .success(read(.history(query, lastSeen: fetch), pending, lastSeen?.entry, nil))
+        case .queryAt(let users, let at):
+            guard at <= now else {
+                return .failure(PresenceError(.badRequest, "field 'at' is ahead of the broker's clock (\(now))"))
+            }
+            var seen = Set<UserID>()
+            let distinct = users.filter { seen.insert($0).inserted }
+            let pending = history.pending(above: committed) { $0.time <= at && seen.contains($0.record.user) }
+            return .success(read(.at(users: distinct, at: at), pending, nil, nil))
+        default:
+            return .failure(PresenceError(.badRequest, "\(request.op) does not read the presence log"))
+        }
+    }
+
+    /// Refuses a cursor this log cannot continue, as far as the loop can tell: another epoch, or ahead of the log
+    /// (the file's trimming is the reader's to check, ``fetch(from:)``).
+    static func refusal(of after: UInt64, epoch: String?, history: LoopHistory, logOffset: UInt64) -> PresenceError? {
+        if let epoch, epoch != history.epoch {
+            return PresenceError(
+                .snapshotRequired,
+                "log_epoch '\(epoch)' is not this log's (\(history.epoch)): take ping's offset, query, then "
+                    + "continue from it")
+        }
+        if after > logOffset {
+            return PresenceError(
+                .snapshotRequired,
+                "offset \(after) is ahead of this log (at \(logOffset)): take ping's offset, query, then "
+                    + "continue from it")
+        }
+        return nil
+    }
+
+    /// Refuses a cursor the file no longer continues: its entries were trimmed away.
+    static func checkTrimmed(_ after: UInt64, log: PresenceLog) throws {
+        let state = try log.state()
+        if after < state.trimmedThrough {
+            throw PresenceError(
+                .snapshotRequired,
+                "offset \(after) is older than the log keeps (trimmed through \(state.trimmedThrough)): take ping's offset, query, then "
+                    + "continue from it")
+        }
+    }
+
+    /// The transitions of `topics` after `after` for a WebSocket `subscribe` that resumes, read on the loop (the
+    /// resume's transitions must come before any live one): refused when the log cannot continue from `after`, or
+    /// when more than a page (``HistoryQuery/maxLimit``) was missed.
+    static func missed(
+        of topics: [Topic], after: UInt64, logEpoch: String?, history: LoopHistory, committed: UInt64,
+        logOffset: UInt64
+    ) throws -> [LogEntry] {
+        if let refusal = refusal(of: after, epoch: logEpoch, history: history, logOffset: logOffset) { throw refusal }
+        try checkTrimmed(after, log: history.log)
+        let cap = HistoryQuery.maxLimit
+        var missed: [LogEntry]
+        if topics.contains(.allPresence) {
+            missed = try history.log.events(after: after, limit: cap + 1).filter { $0.offset <= committed }
+            missed += history.pending(above: max(after, committed)) { _ in true }
+        } else {
+            var users = Set<UserID>()
+            for case .presence(let user) in topics { users.insert(user) }
+            missed = []
+            for user in users {
+                missed += try history.log.history(of: user, from: nil, to: nil, after: after, limit: cap + 1)
+                    .filter { $0.offset <= committed }
+            }
+            missed += history.pending(above: max(after, committed)) { users.contains($0.record.user) }
+            missed.sort { $0.offset < $1.offset }
+        }
+        guard missed.count <= cap else {
+            throw PresenceError(
+                .snapshotRequired,
+                "more than \(cap) transitions of these topics came after offset \(after): subscribe without "
+                    + "'after' (the current records come at once) and continue from there")
+        }
+        return missed
+    }
+
+    /// Whether an entry is within a `history` query's bounds.
+    static func within(_ query: HistoryQuery) -> (LogEntry) -> Bool {
+        { entry in
+            entry.offset > (query.after ?? 0) && query.from.map { entry.time >= $0 } ?? true
+                && query.to.map { entry.time <= $0 } ?? true
+        }
+    }
+
+    /// Reads the file, on the reader thread: the rows at or below ``committed``, then the pending ones.
+    func fetch(from log: PresenceLog) throws -> Rows {
+        var rows = Rows()
+        switch kind {
+        case .events(let after, let limit):
+            try Self.checkTrimmed(after, log: log)
+            rows.entries = try log.events(after: after, limit: limit).filter { $0.offset <= committed } + pending
+        case .history(let query, let lastSeen):
+            rows.entries =
+                try log.history(of: query.user, from: query.from, to: query.to, after: query.after, limit: query.limit)
+                .filter { $0.offset <= committed } + pending
+            rows.lastSeen = try lastSeen.flatMap { offset in
+                try log.history(of: query.user, from: nil, to: nil, after: offset - 1, limit: 1)
+                    .first { $0.offset == offset }
+            }
+        case .at(let users, let at):
+            let state = try log.state()
+            guard at >= state.horizon else {
+                throw PresenceError(
+                    .snapshotRequired,
+                    "the log tells no state before \(state.horizon) (its start or its retention); asked for \(at)")
+            }
+            rows.latest = try log.latest(of: users, at: at, through: committed)
+            for entry in pending { rows.latest[entry.record.user] = entry }  // in offset order: the last one wins
+        }
+        return rows
+    }
+
+    /// The reply, on the loop: for a viewer (a user key or token), as its user may see the users now
+    /// (docs/privacy.md), with the core as it is at the reply.
+    func reply(_ rows: Rows, core: PresenceCore, now: BrokerTime) -> Reply {
+        switch kind {
+        case .events(_, let limit):
+            return .log(page("events", rows.entries, limit: limit))
+        case .history(let query, _):
+            var entries = rows.entries
+            if let viewer {
+                entries = core.history(
+                    entries, of: query.user, for: viewer, lastSeen: rows.lastSeen ?? lastSeenPending, now: now
+                ).filter(Self.within(query))
+            }
+            return .log(page("history", entries, limit: query.limit))
+        case .at(let users, _):
+            return .query(
+                users.map { user in
+                    let truth = rows.latest[user]?.record ?? .unknown(user)
+                    return viewer.map { core.recordAt(truth, for: $0, now: now) } ?? truth
+                })
+        }
+    }
+
+    /// A page of at most `limit` entries, with `next` when it is full.
+    private func page(_ name: String, _ entries: [LogEntry], limit: Int) -> LogPage {
+        let page = Array(entries.prefix(limit))
+        return LogPage(
+            name: name, entries: page, next: page.count == limit ? page.last?.offset : nil, position: position)
+    }
+}
+
+extension Result where Failure == PresenceError {
+    /// The error's code, for the request counters; `nil` for a success.
+    var failureCode: ErrorCode? {
+        if case .failure(let error) = self { error.code } else { nil }
+    }
+}
