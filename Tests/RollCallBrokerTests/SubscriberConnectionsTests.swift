@@ -23,17 +23,29 @@ struct SubscriberConnectionsTests {
         #expect(connections.disconnected(99) == false)
     }
 
-    /// Overlapping handshakes: a success is put down to every unsettled connection, so the close of the one that
-    /// did not succeed counts too (the safe side), and a connection accepted after the success is not touched.
-    @Test func overlappingHandshakesErrOnTheSafeSide() {
+    /// Overlapping handshakes (a refused key's retries beside a subscriber): a close among the undecided counts for
+    /// nothing, so a failed handshake never makes the gate drop anyone's subscriptions; once as few are left as
+    /// succeeded, they are subscribers. A connection accepted after the success is not touched.
+    @Test func overlappingHandshakesStayUndecidedUntilTheyCanBeTold() {
         var connections = SubscriberConnections()
         connections.accepted(5)
         connections.accepted(6)
         connections.handshakeSucceeded()
         connections.accepted(9)
-        #expect(connections.disconnected(6) == true)
+        #expect(connections.open == [5, 6, 9])
+        #expect(connections.disconnected(6) == false)
         #expect(connections.disconnected(5) == true)
         #expect(connections.disconnected(9) == false)
+        // Two successes among three (the second when none is unsettled: one of the undecided): one close leaves
+        // two, both subscribers.
+        connections.accepted(4)
+        connections.accepted(7)
+        connections.accepted(8)
+        connections.handshakeSucceeded()
+        connections.handshakeSucceeded()
+        #expect(connections.disconnected(8) == false)
+        #expect(connections.disconnected(7) == true && connections.disconnected(4) == true)
+        #expect(connections.open.isEmpty)
     }
 
     /// A descriptor reused after a close starts unsettled again: its earlier life says nothing about the new one.
