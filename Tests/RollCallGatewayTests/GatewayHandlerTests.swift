@@ -202,5 +202,6 @@ final class RecordingLoop: GatewayLoop {
 
     func reauthorize(_ outbox: GatewayOutbox, access: Access, id: JSON?, expires: Int64) { outbox.requestDone() }
 
+    func revoke(_ outbox: GatewayOutbox) { outbox.close(code: GatewayCloseCode.tokenRevoked, reason: "token revoked") }
     func closed(_ outbox: GatewayOutbox) { state.withLock { $0.closed += 1 } }
 }

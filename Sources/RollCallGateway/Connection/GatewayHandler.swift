@@ -23,6 +23,8 @@ final class GatewayHandler: ChannelDuplexHandler {
     /// counts).
     private let shared: GatewayShared
     private let grant: Grant?
+    /// The key file's key that checked the token now in force (the upgrade's, or the latest `auth`'s).
+    private var tokenKey: TokenKeyRef?
     private var machine: StateMachine
 
     private var context: ChannelHandlerContext?
@@ -36,6 +38,7 @@ final class GatewayHandler: ChannelDuplexHandler {
     init(shared: GatewayShared, grant: Grant?) {
         self.shared = shared
         self.grant = grant
+        tokenKey = grant?.key
         let configuration = shared.gateway.configuration
         machine = StateMachine(
             limits: .init(
@@ -107,6 +110,13 @@ final class GatewayHandler: ChannelDuplexHandler {
         case .closeConnection: context?.close(promise: nil)
         case .none: break
         }
+    }
+
+    /// A reload of the key file took `revoked` away: if one of them checked this connection's token, the loop ends
+    /// its sessions (reason `revoked`) and closes it with 4003.
+    func revoke(_ revoked: RevokedKeys) {
+        guard revoked.covers(tokenKey), machine.revoked(), let outbox else { return }
+        gateway.revoke(outbox)
     }
 
     /// A frame SwiftNIO's decoder refused (too large: 1009; malformed: 1002) is answered with a close frame, then
@@ -189,6 +199,7 @@ final class GatewayHandler: ChannelDuplexHandler {
         switch machine.tokenChecked(fresh, now: now) {
         case .none: return
         case .reauthorize(let fresh, let requestID):
+            tokenKey = fresh.key
             scheduleExpiry(machine.expiry(now: now))
             gateway.reauthorize(outbox, access: .role(fresh.role), id: requestID, expires: fresh.expires)
         case .refuse(let reason, let requestID):
