@@ -13,24 +13,36 @@ import Testing
 
     /// A `kid` gone from the file is revoked and one still there is not; the key without `kid` is revoked when its
     /// text changes or it goes, not when the same key is read again; the JWKS URL's keys (`nil`) never are.
-    @Test func theDecisionComparesKeyIdentities() {
+    @Test func theDecisionComparesKeyIdentities() throws {
         let two = TokenKeyIdentity(kids: ["k1", "k2"])
         let removed = RevokedKeys.between(old: two, new: TokenKeyIdentity(kids: ["k2", "k3"]))
-        #expect(removed == RevokedKeys(kids: ["k1"], unnamed: false))
+        #expect(removed == RevokedKeys(kids: ["k1"], unnamed: nil))
         #expect(removed.covers(.kid("k1")))
         #expect(!removed.covers(.kid("k2")))
-        #expect(!removed.covers(.unnamed))
+        #expect(!removed.covers(.unnamed(1)))
         #expect(!removed.covers(nil))
         #expect(RevokedKeys.between(old: two, new: two).isEmpty)
 
-        let secret = TokenKeyIdentity(unnamedKey: "the-first-secret-of-more-than-32-bytes")
+        let secret = TokenKeyIdentity(unnamedKeyText: "the-first-secret-of-more-than-32-bytes")
+        let oldKey = TokenKeyRef.unnamed(try #require(secret.unnamedKey))
         #expect(RevokedKeys.between(old: secret, new: secret).isEmpty)
         let changed = RevokedKeys.between(
-            old: secret, new: TokenKeyIdentity(unnamedKey: "the-second-secret-of-more-than-32-bytes"))
-        #expect(changed.covers(.unnamed))
+            old: secret, new: TokenKeyIdentity(unnamedKeyText: "the-second-secret-of-more-than-32-bytes"))
+        #expect(changed.covers(oldKey))
         #expect(!changed.covers(.kid("k1")))
-        #expect(RevokedKeys.between(old: secret, new: two).covers(.unnamed))
-        #expect(!RevokedKeys.between(old: two, new: secret).covers(.unnamed))
+        #expect(RevokedKeys.between(old: secret, new: two).covers(oldKey))
+        #expect(RevokedKeys.between(old: two, new: secret) == RevokedKeys(kids: ["k1", "k2"], unnamed: nil))
+    }
+
+    /// The look-up for a token checked while a reload ran: a key is held while its `kid` or fingerprint is there.
+    @Test func anIdentityHoldsItsOwnKeys() throws {
+        let secret = TokenKeyIdentity(unnamedKeyText: "the-first-secret-of-more-than-32-bytes")
+        let key = TokenKeyRef.unnamed(try #require(secret.unnamedKey))
+        #expect(secret.holds(key))
+        #expect(!TokenKeyIdentity(unnamedKeyText: "another-secret-of-more-than-32-bytes").holds(key))
+        #expect(TokenKeyIdentity(kids: ["k1"]).holds(.kid("k1")))
+        #expect(!TokenKeyIdentity(kids: ["k2"]).holds(.kid("k1")))
+        #expect(TokenKeyIdentity(kids: ["k2"]).holds(nil))
     }
 
     /// A JWKS file of two keys: each token's grant names its key (a token without `kid`, the first key's); a reload
@@ -57,7 +69,10 @@ import Testing
         #expect(await verifier.reloadKeyFile() == nil)
         #expect(reports.all.isEmpty)
         try TokenMint.jwks([(second, "k2")]).write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(verifier.stillHolds(byFirst.key))
         #expect(await verifier.reloadKeyFile() == nil)
+        #expect(!verifier.stillHolds(byFirst.key))
+        #expect(verifier.stillHolds(bySecond.key))
         let revoked = try #require(reports.all.first)
         #expect(reports.all.count == 1)
         #expect(revoked.covers(byFirst.key))
@@ -76,7 +91,7 @@ import Testing
         verifier.onKeysRevoked { reports.add($0) }
         let grant = try await verifier.verify(
             TokenMint.hmac().token(TokenMint.claims(now: Self.now)), now: Self.now)
-        #expect(grant.key == .unnamed)
+        guard case .unnamed = grant.key else { throw KeyMissing() }
         try (TokenMint.secret + "\n").write(toFile: file, atomically: true, encoding: .utf8)
         #expect(await verifier.reloadKeyFile() == nil)
         #expect(reports.all.isEmpty)
@@ -102,3 +117,5 @@ private final class Reports: Sendable {
     func add(_ revoked: RevokedKeys) { reports.withLock { $0.append(revoked) } }
     var all: [RevokedKeys] { reports.withLock { $0 } }
 }
+
+private struct KeyMissing: Error {}

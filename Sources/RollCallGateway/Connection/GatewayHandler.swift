@@ -68,6 +68,7 @@ final class GatewayHandler: ChannelDuplexHandler {
             let table = shared.connections.table(on: context.eventLoop)
             guard table.add(self) else { return serverStopping() }
             self.table = table
+            revokeIfKeyGone()
             scheduleExpiry(machine.expiry(now: now))
         }
     }
@@ -116,6 +117,16 @@ final class GatewayHandler: ChannelDuplexHandler {
     /// its sessions (reason `revoked`) and closes it with 4003.
     func revoke(_ revoked: RevokedKeys) {
         guard revoked.covers(tokenKey), machine.revoked(), let outbox else { return }
+        gateway.revoke(outbox)
+    }
+
+    /// A token checked just before a reload took its key away may reach the connection after the reload's
+    /// ``revoke(_:)`` went round (an upgrade, or an `auth`, under way): the key is looked up again once the token is
+    /// in force, and if it went, the connection goes as a revoked one does.
+    private func revokeIfKeyGone() {
+        guard let verifier = shared.verifier, !verifier.stillHolds(tokenKey), machine.revoked(), let outbox else {
+            return
+        }
         gateway.revoke(outbox)
     }
 
@@ -202,6 +213,7 @@ final class GatewayHandler: ChannelDuplexHandler {
             tokenKey = fresh.key
             scheduleExpiry(machine.expiry(now: now))
             gateway.reauthorize(outbox, access: .role(fresh.role), id: requestID, expires: fresh.expires)
+            revokeIfKeyGone()
         case .refuse(let reason, let requestID):
             gateway.handle(
                 .failure(RequestRejection(id: requestID, error: PresenceError(.forbidden, reason))), from: outbox)

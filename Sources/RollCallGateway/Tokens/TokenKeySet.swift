@@ -15,6 +15,9 @@ public struct TokenKeySet: Sendable {
     /// What a reload compares (``RevokedKeys``).
     var identity = TokenKeyIdentity()
 
+    /// The key without `kid`, as a grant names it.
+    var unnamedRef: TokenKeyRef? { identity.unnamedKey.map(TokenKeyRef.unnamed) }
+
     /// Why a key file or a JWKS cannot be used.
     public struct KeyError: Error, CustomStringConvertible {
         public var description: String
@@ -80,7 +83,8 @@ public struct TokenKeySet: Sendable {
             unnamedKey = secret
         }
         return TokenKeySet(
-            collection: collection, kids: [], hasKeyWithoutKid: true, identity: TokenKeyIdentity(unnamedKey: unnamedKey)
+            collection: collection, kids: [], hasKeyWithoutKid: true,
+            identity: TokenKeyIdentity(unnamedKeyText: unnamedKey)
         )
     }
 

@@ -115,6 +115,13 @@ public final class TokenVerifier: Sendable {
         fileKeys.value.withLock { $0 = set }
     }
 
+    /// Whether the key file as it is now still has the key that checked a token (`nil`, the JWKS URL's: yes): for a
+    /// connection whose token was checked while a reload took its key away, before it could hear of the reload.
+    func stillHolds(_ key: TokenKeyRef?) -> Bool {
+        guard let key else { return true }
+        return fileKeys.value.withLock { $0 }?.identity.holds(key) ?? false
+    }
+
     /// Calls `observer` with the keys each later reload takes away, if it takes any.
     func onKeysRevoked(_ observer: @escaping @Sendable (RevokedKeys) -> Void) {
         revocationObservers.withLock { $0.append(observer) }
@@ -137,7 +144,7 @@ public final class TokenVerifier: Sendable {
                 "SIGHUP: token key file reloaded",
                 metadata: [
                     "file": "\(keyFile)", "kids_removed": "\(revoked.kids.sorted())",
-                    "key_without_kid_changed": "\(revoked.unnamed)",
+                    "key_without_kid_changed": "\(revoked.unnamed != nil)",
                 ])
             if !revoked.isEmpty {
                 for observer in revocationObservers.withLock({ $0 }) { observer(revoked) }
@@ -219,7 +226,7 @@ public final class TokenVerifier: Sendable {
     private func keySet(for kid: String?) async throws(Refusal) -> (TokenKeySet, TokenKeyRef?) {
         let file = fileKeys.value.withLock { $0 }
         guard let kid else {
-            if let file { return (file, file.hasKeyWithoutKid ? .unnamed : file.defaultKid.map(TokenKeyRef.kid)) }
+            if let file { return (file, file.unnamedRef ?? file.defaultKid.map(TokenKeyRef.kid)) }
             if let set = jwks?.keys { return (set, nil) }
             throw Refusal(description: "no keys")
         }
@@ -228,7 +235,7 @@ public final class TokenVerifier: Sendable {
             if let set = jwks.keys, set.kids.contains(kid) { return (set, nil) }
             if let set = await jwks.keysForUnknownKid(), set.kids.contains(kid) { return (set, nil) }
         }
-        if let file, file.hasKeyWithoutKid { return (file, .unnamed) }
+        if let file, file.hasKeyWithoutKid { return (file, file.unnamedRef) }
         throw Refusal(description: "no key has kid '\(kid)'")
     }
 }
