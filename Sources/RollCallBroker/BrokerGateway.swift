@@ -40,6 +40,15 @@ public struct BrokerGateway: Sendable {
         }
     }
 
+    /// The key that checked the connection's token was taken away by a reload: its sessions end, reason `revoked`,
+    /// and the loop closes it with 4003 (``GatewayCloseCode/tokenRevoked``).
+    public func revoke(_ outbox: GatewayOutbox) {
+        mailbox.post { loop in
+            guard let id = outbox.connection else { return }
+            loop.revokeGatewayConnection(id)
+        }
+    }
+
     /// The connection closed (either side, TCP gone, ping unanswered, token expired): its subscriptions go, and its
     /// sessions end by the close path (at once, or after the grace period).
     public func closed(_ outbox: GatewayOutbox) {

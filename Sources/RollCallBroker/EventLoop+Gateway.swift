@@ -7,6 +7,8 @@ import RollCallWire
 public enum GatewayCloseCode {
     /// The connection's token expired and no `auth` renewed it.
     public static let tokenExpired: UInt16 = 4001
+    /// A reload of `--jwt-key-file` (SIGHUP) took away the key that checked the connection's token.
+    public static let tokenRevoked: UInt16 = 4003
     /// The connection did not read its replies and updates fast enough: its send queue went over its bound.
     public static let tooSlow: UInt16 = 4008
     /// The broker is at its maximum of WebSocket connections, or is stopping.
@@ -115,6 +117,21 @@ extension EventLoop {
         let users = machine.connectionClosed(id, now: clock.now())
         carryOutEffects()
         logger.debug("websocket closed", metadata: ["connection": "\(id)", "users": "\(users)"])
+    }
+
+    /// The key that checked the connection's token was taken away (SIGHUP): as for a CURVE key (``revoke(_:)``), its
+    /// subscriptions go and nothing more is delivered to it, its sessions end at once, reason `revoked`, and it is
+    /// closed with 4003 after what was already queued. Its close, when it comes, ends nothing more.
+    func revokeGatewayConnection(_ id: ConnectionID) {
+        guard let peer = gateway.peers[id] else { return }
+        peer.outbox.close(code: GatewayCloseCode.tokenRevoked, reason: "token revoked")
+        finishDeferredWork(.webSocket(id))
+        gateway.remove(id)
+        let ended = machine.revoke([id], now: clock.now())
+        carryOutEffects()
+        logger.notice(
+            "websocket token revoked: its sessions ended (reason revoked) and the connection closed (4003)",
+            metadata: ["connection": "\(id)", "sessions_ended": "\(ended)"])
     }
 
     /// Queues a reply or an update for a connection; closes one whose queue is over its bound. Its subscriptions go

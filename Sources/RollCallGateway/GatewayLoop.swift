@@ -12,6 +12,7 @@ protocol GatewayLoop: Sendable {
     func open(access: Access, outbox: GatewayOutbox)
     func handle(_ request: Result<GatewayRequest, RequestRejection>, from outbox: GatewayOutbox)
     func reauthorize(_ outbox: GatewayOutbox, access: Access, id: JSON?, expires: Int64)
+    func revoke(_ outbox: GatewayOutbox)
     func closed(_ outbox: GatewayOutbox)
 }
 

@@ -41,6 +41,11 @@ final class LoopConnections {
         for handler in Array(handlers.values) { handler.ping() }
     }
 
+    /// A reload took `revoked` away: each connection whose token one of them checked is closed (4003).
+    func revoke(_ revoked: RevokedKeys) {
+        for handler in Array(handlers.values) { handler.revoke(revoked) }
+    }
+
     /// The server stops: every connection is asked to close (1001), and no new one is kept.
     func stop() {
         stopped = true
@@ -108,6 +113,14 @@ final class ConnectionTables: Sendable {
         let table = bound.value
         if stopped.load(ordering: .relaxed) { table.stop() }
         return table
+    }
+
+    /// Closes, on every loop, the connections whose token a key in `revoked` checked (4003; their sessions end,
+    /// reason `revoked`).
+    func revoke(_ revoked: RevokedKeys) {
+        for table in tables.withLock({ Array($0.values) }) {
+            table.eventLoop.execute { table.value.revoke(revoked) }
+        }
     }
 
     /// Closes every connection of every loop (1001, cut after ``GatewayHandler/cutAfter`` if it does not answer).

@@ -38,6 +38,7 @@ public struct WebSocketServer: Service {
             interval: .milliseconds(gateway.configuration.webSocket.pingMilliseconds), testClock: gateway.testClock)
         self.bound = bound
         self.connections = connections
+        verifier?.onKeysRevoked { [connections] revoked in connections.revoke(revoked) }
         let child = GatewayChildChannel(
             shared: GatewayShared(
                 gateway: gateway, verifier: verifier, counter: ConnectionCounter(), connections: connections,

@@ -1,3 +1,4 @@
+import JWTKit
 import Logging
 import NIOCore
 import NIOEmbedded
@@ -18,19 +19,23 @@ import Testing
     struct Connection {
         let channel = EmbeddedChannel()
         let loop: RecordingLoop
+        let tables: ConnectionTables
 
-        init(maxConnections: Int = 10, pingMilliseconds: Int64 = 1_000, testClock: TestClockSignal? = nil) throws {
+        init(
+            maxConnections: Int = 10, pingMilliseconds: Int64 = 1_000, testClock: TestClockSignal? = nil,
+            verifier: TokenVerifier? = nil, grant: Grant? = nil
+        ) throws {
             var configuration = BrokerConfiguration()
             configuration.webSocket.maxConnections = maxConnections
             configuration.webSocket.pingMilliseconds = pingMilliseconds
             loop = RecordingLoop(configuration: configuration)
+            tables = ConnectionTables(
+                interval: .milliseconds(pingMilliseconds), testClock: testClock, answerWindow: .zero)
             let shared = GatewayShared(
-                gateway: loop, verifier: nil, counter: ConnectionCounter(),
-                connections: ConnectionTables(
-                    interval: .milliseconds(pingMilliseconds), testClock: testClock, answerWindow: .zero),
+                gateway: loop, verifier: verifier, counter: ConnectionCounter(), connections: tables,
                 logger: Logger(label: "test"), wallClock: { 1_893_499_200_000 })
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-            try channel.pipeline.syncOperations.addHandler(GatewayHandler(shared: shared, grant: nil))
+            try channel.pipeline.syncOperations.addHandler(GatewayHandler(shared: shared, grant: grant))
         }
 
         /// The frames the handler wrote, in order.
@@ -48,6 +53,37 @@ import Testing
             var data = frames[0].data
             return data.readInteger(as: UInt16.self)
         }
+    }
+
+    /// A grant for alice checked by `key`, an hour before it expires.
+    static func grant(_ key: TokenKeyRef) -> Grant {
+        let alice = UserID(validating: "alice")!
+        return Grant(user: alice, role: .user(alice), expires: 1_893_499_200 + 3_600, key: key)
+    }
+
+    /// A reload's round of closes: the connection whose token k1 checked asks the loop to revoke it and is closed
+    /// with 4003; the one of k2 writes nothing and stays open.
+    @Test func aReloadClosesOnlyTheConnectionOfTheRemovedKey() async throws {
+        let verifier = try await TokenVerifier(
+            keyText: TokenMint.jwks([(ES256PrivateKey(), "k1"), (ES256PrivateKey(), "k2")]), rules: .init())
+        let gone = try Connection(verifier: verifier, grant: Self.grant(.kid("k1")))
+        let kept = try Connection(verifier: verifier, grant: Self.grant(.kid("k2")))
+        #expect(try gone.written().isEmpty)
+        for connection in [gone, kept] { connection.tables.revoke(RevokedKeys(kids: ["k1"])) }
+        #expect(try gone.closeCode() == GatewayCloseCode.tokenRevoked)
+        #expect(try kept.written().isEmpty)
+        #expect(kept.channel.isActive)
+    }
+
+    /// A token whose key a reload took away before its connection was upgraded (it missed the round of closes) is
+    /// revoked as soon as the connection opens; one whose key is still there is not.
+    @Test func aTokenWhoseKeyWentDuringTheUpgradeIsRevokedOnOpen() async throws {
+        let verifier = try await TokenVerifier(
+            keyText: TokenMint.jwks([(ES256PrivateKey(), "k2")]), rules: .init())
+        let late = try Connection(verifier: verifier, grant: Self.grant(.kid("k1")))
+        #expect(try late.closeCode() == GatewayCloseCode.tokenRevoked)
+        let kept = try Connection(verifier: verifier, grant: Self.grant(.kid("k2")))
+        #expect(try kept.written().isEmpty)
     }
 
     /// A text message goes to the loop, and what the loop queues for the connection is written as a text frame.
@@ -202,5 +238,6 @@ final class RecordingLoop: GatewayLoop {
 
     func reauthorize(_ outbox: GatewayOutbox, access: Access, id: JSON?, expires: Int64) { outbox.requestDone() }
 
+    func revoke(_ outbox: GatewayOutbox) { outbox.close(code: GatewayCloseCode.tokenRevoked, reason: "token revoked") }
     func closed(_ outbox: GatewayOutbox) { state.withLock { $0.closed += 1 } }
 }

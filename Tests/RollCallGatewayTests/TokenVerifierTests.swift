@@ -34,7 +34,7 @@ private let t0: Double = 1_800_000_000
             grant
                 == Grant(
                     user: UserID(validating: "alice")!, role: .user(UserID(validating: "alice")!),
-                    expires: Int64(Self.now) + 3_600))
+                    expires: Int64(Self.now) + 3_600, key: grant.key))
     }
 
     /// `nbf` an hour ahead is refused (RFC 7519 §4.1.5); within the 60 s leeway, or past, it is accepted.

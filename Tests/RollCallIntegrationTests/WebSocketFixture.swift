@@ -25,6 +25,8 @@ struct GatewayHarness: Sendable {
     let broker: InProcessBroker
     let port: Int
     var scheme = "ws"
+    /// SIGHUP, as `rollcall serve` takes it: the token key file is read again.
+    var hangup: @Sendable () async -> Void = {}
     var url: String { "\(scheme)://127.0.0.1:\(port)\(WebSocketServer.path)" }
 
     /// A token for `user`, signed with ``testSecret``, expiring `expiresIn` seconds from now.
@@ -52,10 +54,11 @@ struct TestClaims: JWTPayload {
     func verify(using algorithm: some JWTAlgorithm) async throws {}
 }
 
-/// Runs `body` with a broker and its WebSocket endpoint (`tokens`: signed with ``testSecret``; `tls`: a PEM
-/// certificate and key), started by the assembly `rollcall serve` uses, then stops both.
+/// Runs `body` with a broker and its WebSocket endpoint (`tokens`: signed with ``testSecret``, or with the keys of
+/// `keyFile`; `tls`: a PEM certificate and key), started by the assembly `rollcall serve` uses, then stops both.
 func withGateway<T>(
     tokens: Bool = true,
+    keyFile: String? = nil,
     tls: (certificate: String, key: String)? = nil,
     _ configure: (inout BrokerConfiguration) -> Void = { _ in },
     _ body: (GatewayHarness) async throws -> T
@@ -67,7 +70,9 @@ func withGateway<T>(
     configuration.webSocket.endpoint = "127.0.0.1:0"
     let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-jwt-\(UUID())").path
     defer { try? FileManager.default.removeItem(atPath: secretFile) }
-    if tokens {
+    if let keyFile {
+        configuration.webSocket.jwtKeyFile = keyFile
+    } else if tokens {
         try Data(testSecret.utf8).write(to: URL(fileURLWithPath: secretFile))
         configuration.webSocket.jwtKeyFile = secretFile
     }
@@ -89,7 +94,8 @@ func withGateway<T>(
         let port = try #require(server.webSocket?.port)
         let result = try await body(
             GatewayHarness(
-                broker: InProcessBroker(broker: server.broker), port: port, scheme: tls == nil ? "ws" : "wss"))
+                broker: InProcessBroker(broker: server.broker), port: port, scheme: tls == nil ? "ws" : "wss",
+                hangup: { await server.received(.hangup) }))
         await group.triggerGracefulShutdown()
         try await running.value
         return result

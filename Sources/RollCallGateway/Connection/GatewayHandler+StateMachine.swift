@@ -293,6 +293,14 @@ extension GatewayHandler {
             return .close(code: GatewayCloseCode.tokenExpired, reason: "token expired")
         }
 
+        /// The key that checked the token was taken away by a reload: `true` (and no more messages handed on) if the
+        /// loop is to end the connection's sessions and close it (4003); `false` once it is closing anyway.
+        mutating func revoked() -> Bool {
+            guard case .open = state else { return false }
+            state = .closeRequested
+            return true
+        }
+
         static func hasExpired(_ expires: Int64, now: Int64) -> Bool {
             Double(expires) * 1_000 <= Double(now)
         }

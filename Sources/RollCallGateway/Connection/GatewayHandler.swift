@@ -23,6 +23,8 @@ final class GatewayHandler: ChannelDuplexHandler {
     /// counts).
     private let shared: GatewayShared
     private let grant: Grant?
+    /// The key file's key that checked the token now in force (the upgrade's, or the latest `auth`'s).
+    private var tokenKey: TokenKeyRef?
     private var machine: StateMachine
 
     private var context: ChannelHandlerContext?
@@ -36,6 +38,7 @@ final class GatewayHandler: ChannelDuplexHandler {
     init(shared: GatewayShared, grant: Grant?) {
         self.shared = shared
         self.grant = grant
+        tokenKey = grant?.key
         let configuration = shared.gateway.configuration
         machine = StateMachine(
             limits: .init(
@@ -65,6 +68,7 @@ final class GatewayHandler: ChannelDuplexHandler {
             let table = shared.connections.table(on: context.eventLoop)
             guard table.add(self) else { return serverStopping() }
             self.table = table
+            revokeIfKeyGone()
             scheduleExpiry(machine.expiry(now: now))
         }
     }
@@ -107,6 +111,23 @@ final class GatewayHandler: ChannelDuplexHandler {
         case .closeConnection: context?.close(promise: nil)
         case .none: break
         }
+    }
+
+    /// A reload of the key file took `revoked` away: if one of them checked this connection's token, the loop ends
+    /// its sessions (reason `revoked`) and closes it with 4003.
+    func revoke(_ revoked: RevokedKeys) {
+        guard revoked.covers(tokenKey), machine.revoked(), let outbox else { return }
+        gateway.revoke(outbox)
+    }
+
+    /// A token checked just before a reload took its key away may reach the connection after the reload's
+    /// ``revoke(_:)`` went round (an upgrade, or an `auth`, under way): the key is looked up again once the token is
+    /// in force, and if it went, the connection goes as a revoked one does.
+    private func revokeIfKeyGone() {
+        guard let verifier = shared.verifier, !verifier.stillHolds(tokenKey), machine.revoked(), let outbox else {
+            return
+        }
+        gateway.revoke(outbox)
     }
 
     /// A frame SwiftNIO's decoder refused (too large: 1009; malformed: 1002) is answered with a close frame, then
@@ -189,8 +210,10 @@ final class GatewayHandler: ChannelDuplexHandler {
         switch machine.tokenChecked(fresh, now: now) {
         case .none: return
         case .reauthorize(let fresh, let requestID):
+            tokenKey = fresh.key
             scheduleExpiry(machine.expiry(now: now))
             gateway.reauthorize(outbox, access: .role(fresh.role), id: requestID, expires: fresh.expires)
+            revokeIfKeyGone()
         case .refuse(let reason, let requestID):
             gateway.handle(
                 .failure(RequestRejection(id: requestID, error: PresenceError(.forbidden, reason))), from: outbox)

@@ -10,6 +10,13 @@ public struct TokenKeySet: Sendable {
     /// Whether the set holds a key without a `kid` (a PEM key or an HMAC secret), which checks tokens whose `kid` no
     /// set knows, as jwt-kit's default key did before.
     let hasKeyWithoutKid: Bool
+    /// The `kid` of a JWKS's first key, which checks a token without `kid` (jwt-kit's default key).
+    var defaultKid: String?
+    /// What a reload compares (``RevokedKeys``).
+    var identity = TokenKeyIdentity()
+
+    /// The key without `kid`, as a grant names it.
+    var unnamedRef: TokenKeyRef? { identity.unnamedKey.map(TokenKeyRef.unnamed) }
 
     /// Why a key file or a JWKS cannot be used.
     public struct KeyError: Error, CustomStringConvertible {
@@ -25,6 +32,7 @@ public struct TokenKeySet: Sendable {
         else { throw KeyError(description: "not a JWKS document ({\"keys\":[...]})") }
         let collection = JWTKeyCollection()
         var kids: Set<String> = []
+        var first: String?
         var problems: [String] = []
         for entry in entries {
             guard let object = entry as? [String: Any] else { continue }
@@ -32,7 +40,10 @@ public struct TokenKeySet: Sendable {
             do {
                 let jwk = try JSONDecoder().decode(JWK.self, from: JSONSerialization.data(withJSONObject: object))
                 try await collection.add(jwk: jwk)
-                if let kid = jwk.keyIdentifier?.string { kids.insert(kid) }
+                if let kid = jwk.keyIdentifier?.string {
+                    kids.insert(kid)
+                    if first == nil { first = kid }
+                }
             } catch {
                 problems.append("\(object["kid"] ?? "a key without kid"): \(error)")
             }
@@ -40,7 +51,9 @@ public struct TokenKeySet: Sendable {
         guard !kids.isEmpty else {
             throw KeyError(description: "the JWKS has no usable signing key\(problems.isEmpty ? "" : ": \(problems)")")
         }
-        return TokenKeySet(collection: collection, kids: kids, hasKeyWithoutKid: false)
+        return TokenKeySet(
+            collection: collection, kids: kids, hasKeyWithoutKid: false, defaultKid: first,
+            identity: TokenKeyIdentity(kids: kids))
     }
 
     /// A key file's text: a JWKS (`{"keys":[...]}`), a PEM public key (RSA, P-256 or Ed25519), or else an HMAC
@@ -49,6 +62,7 @@ public struct TokenKeySet: Sendable {
         let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.hasPrefix("{") { return try await jwks(trimmed) }
         let collection = JWTKeyCollection()
+        var unnamedKey = trimmed
         if trimmed.hasPrefix("-----BEGIN") {
             if let key = try? Insecure.RSA.PublicKey(pem: trimmed) {
                 await collection.add(rsa: key, digestAlgorithm: .sha256)
@@ -66,8 +80,12 @@ public struct TokenKeySet: Sendable {
                 throw KeyError(description: "an HMAC secret must be at least 32 bytes, not \(secret.utf8.count)")
             }
             await collection.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+            unnamedKey = secret
         }
-        return TokenKeySet(collection: collection, kids: [], hasKeyWithoutKid: true)
+        return TokenKeySet(
+            collection: collection, kids: [], hasKeyWithoutKid: true,
+            identity: TokenKeyIdentity(unnamedKeyText: unnamedKey)
+        )
     }
 
     /// The key file at `path`, read now.

@@ -31,6 +31,8 @@ public struct Grant: Sendable, Equatable {
     public var role: Role
     /// When it expires (`exp`), in seconds since 1970.
     public var expires: Int64
+    /// The key file's key that checked the token; `nil` for the JWKS URL's (a reload of the file leaves it).
+    public var key: TokenKeyRef? = nil
 }
 
 /// Checks tokens (JWT) signed by the app's backend or an identity provider: HS256 with a shared secret, or RS256,
@@ -80,6 +82,8 @@ public final class TokenVerifier: Sendable {
     private let jwks: JWKSSource?
     private let rules: Rules
     private let logger: Logger
+    /// Told of the keys each reload takes away (the WebSocket server closes the connections they checked).
+    private let revocationObservers = Mutex<[@Sendable (RevokedKeys) -> Void]>([])
 
     /// Reads `keyFile` (a JWKS, a PEM public key, or an HMAC secret of at least 32 bytes) now; `jwks` must have
     /// made its first fetch (``JWKSSource/start()``). At least one of the two.
@@ -111,15 +115,40 @@ public final class TokenVerifier: Sendable {
         fileKeys.value.withLock { $0 = set }
     }
 
-    /// Reads `--jwt-key-file` again (SIGHUP): tokens are checked against its new keys from now on. A file that
-    /// cannot be read or used changes nothing; the error is logged and returned.
+    /// Whether the key file as it is now still has the key that checked a token (`nil`, the JWKS URL's: yes): for a
+    /// connection whose token was checked while a reload took its key away, before it could hear of the reload.
+    func stillHolds(_ key: TokenKeyRef?) -> Bool {
+        guard let key else { return true }
+        return fileKeys.value.withLock { $0 }?.identity.holds(key) ?? false
+    }
+
+    /// Calls `observer` with the keys each later reload takes away, if it takes any.
+    func onKeysRevoked(_ observer: @escaping @Sendable (RevokedKeys) -> Void) {
+        revocationObservers.withLock { $0.append(observer) }
+    }
+
+    /// Reads `--jwt-key-file` again (SIGHUP): tokens are checked against its new keys from now on, and the
+    /// connections whose token a key it took away checked are closed (``onKeysRevoked(_:)``). A file that cannot be
+    /// read or used changes nothing; the error is logged and returned.
     @discardableResult
     public func reloadKeyFile() async -> TokenKeySet.KeyError? {
         guard let keyFile else { return nil }
         do {
             let set = try await TokenKeySet.keyFile(path: keyFile)
-            fileKeys.value.withLock { $0 = set }
-            logger.notice("SIGHUP: token key file reloaded", metadata: ["file": "\(keyFile)"])
+            let old = fileKeys.value.withLock { keys in
+                defer { keys = set }
+                return keys
+            }
+            let revoked = old.map { RevokedKeys.between(old: $0.identity, new: set.identity) } ?? RevokedKeys()
+            logger.notice(
+                "SIGHUP: token key file reloaded",
+                metadata: [
+                    "file": "\(keyFile)", "kids_removed": "\(revoked.kids.sorted())",
+                    "key_without_kid_changed": "\(revoked.unnamed != nil)",
+                ])
+            if !revoked.isEmpty {
+                for observer in revocationObservers.withLock({ $0 }) { observer(revoked) }
+            }
             return nil
         } catch {
             logger.error(
@@ -136,7 +165,7 @@ public final class TokenVerifier: Sendable {
     /// it grants.
     public func verify(_ token: String, now: Double) async throws(Refusal) -> Grant {
         let header = try CompactToken.parse(token).header
-        let set = try await keySet(for: header.kid)
+        let (set, keyRef) = try await keySet(for: header.kid)
         let claims: GatewayClaims
         do {
             let key = try await set.collection.getKey(for: header.kid.map(JWKIdentifier.init(string:)), alg: header.alg)
@@ -171,7 +200,7 @@ public final class TokenVerifier: Sendable {
         // The lifetime bound keeps `exp` within a year of now; the clamp keeps the conversion from trapping whatever
         // `now` a caller gives.
         let seconds = min(max(claims.exp.value.timeIntervalSince1970.rounded(.down), -9e18), 9e18)
-        return Grant(user: user, role: role, expires: Int64(seconds))
+        return Grant(user: user, role: role, expires: Int64(seconds), key: keyRef)
     }
 
     /// `exp` not past; `nbf` not further ahead than the leeway; `exp` at most the longest lifetime after `iat`, or
@@ -193,19 +222,20 @@ public final class TokenVerifier: Sendable {
 
     /// The set whose key checks a token with this `kid`: the key file's if it has the `kid`, else the JWKS URL's
     /// (fetched again, rate-limited, if it lacks it too), else the key file's key without a `kid`. Without a `kid`:
-    /// the key file's, else the JWKS URL's default key.
-    private func keySet(for kid: String?) async throws(Refusal) -> TokenKeySet {
+    /// the key file's, else the JWKS URL's default key. With it, which of the key file's keys that is (``Grant/key``).
+    private func keySet(for kid: String?) async throws(Refusal) -> (TokenKeySet, TokenKeyRef?) {
         let file = fileKeys.value.withLock { $0 }
         guard let kid else {
-            if let set = file ?? jwks?.keys { return set }
+            if let file { return (file, file.unnamedRef ?? file.defaultKid.map(TokenKeyRef.kid)) }
+            if let set = jwks?.keys { return (set, nil) }
             throw Refusal(description: "no keys")
         }
-        if let file, file.kids.contains(kid) { return file }
+        if let file, file.kids.contains(kid) { return (file, .kid(kid)) }
         if let jwks {
-            if let set = jwks.keys, set.kids.contains(kid) { return set }
-            if let set = await jwks.keysForUnknownKid(), set.kids.contains(kid) { return set }
+            if let set = jwks.keys, set.kids.contains(kid) { return (set, nil) }
+            if let set = await jwks.keysForUnknownKid(), set.kids.contains(kid) { return (set, nil) }
         }
-        if let file, file.hasKeyWithoutKid { return file }
+        if let file, file.hasKeyWithoutKid { return (file, file.unnamedRef) }
         throw Refusal(description: "no key has kid '\(kid)'")
     }
 }
