@@ -203,14 +203,4 @@ struct LogReadTests {
         #expect(entered.load(ordering: .sequentiallyConsistent) == 2)
     }
 
-    /// Waits for `condition`, failing after 5 s.
-    func waitUntil(_ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(5)
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw TimedOut() }
-            try await Task.sleep(for: .milliseconds(2))
-        }
-    }
-
-    struct TimedOut: Error {}
 }

@@ -62,7 +62,7 @@ struct LogReaderBrokerTests {
         let broker = try Broker(configuration: configuration, logger: logger)
         let running = Task { try await broker.run() }
         defer { broker.stop() }
-        try await Self.waitUntil("the loop started") { broker.isRunning }
+        try await waitUntil("the loop started") { broker.isRunning }
 
         let context = try Context()
         let reading = try Socket(context, .dealer)
@@ -80,7 +80,7 @@ struct LogReaderBrokerTests {
         // Published, and not in the file: the store fails every write until told otherwise.
         try Self.request(reading, #"{"op":"history","id":"read","user":"alice"}"#)
         try Self.request(reading, #"{"op":"ping","id":"after"}"#)
-        try await Self.waitUntil("the reader took the read") { entered.load(ordering: .sequentiallyConsistent) == 1 }
+        try await waitUntil("the reader took the read") { entered.load(ordering: .sequentiallyConsistent) == 1 }
 
         try Self.request(other, #"{"op":"ping","id":"other"}"#)
         let ping = try Self.reply(other, id: "other")
@@ -99,20 +99,12 @@ struct LogReaderBrokerTests {
 
         // Stopped while a read is held: the loop ends, the read is dropped, nothing crashes.
         try Self.request(reading, #"{"op":"events","id":"late","after":0}"#)
-        try await Self.waitUntil("the reader took the second read") {
+        try await waitUntil("the reader took the second read") {
             entered.load(ordering: .sequentiallyConsistent) == 2
         }
         store.failing.store(false, ordering: .releasing)  // the last write at stop succeeds
         broker.stop()
         gate.signal()
         try await running.value
-    }
-
-    static func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(5)
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw TimedOut(description: "timed out: \(what)") }
-            try await Task.sleep(for: .milliseconds(2))
-        }
     }
 }

@@ -131,14 +131,4 @@ struct StoreWriterLogTests {
         #expect(try log.events(after: 0, limit: 100).map(\.offset) == Array(1...30))
         #expect(try log.state().epoch == first.epoch)
     }
-
-    private func waitUntil(seconds: Double = 5, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1_000))
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw WaitFailure() }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-    }
-
-    struct WaitFailure: Error {}
 }
