@@ -81,7 +81,7 @@ public final class Broker: Service, Sendable {
         try xpub.set(.xpubVerbose(true))
         try xpub.set(.sendHighWaterMark(configuration.updateHighWaterMark))
         // A full subscriber makes a send fail instead of missing the message: the loop paces what it publishes
-        // (EventLoop+Publishing.swift).
+        // (Shell/UpdateEndpoint.swift).
         try xpub.set(.xpubNoDrop(true))
         // ZMTP heartbeats close a subscriber connection that answers no PING for 30 s (a frozen process, a dead
         // host): it stops holding updates back, and its queue is freed. A reading subscriber's libzmq answers them.
@@ -107,7 +107,7 @@ public final class Broker: Service, Sendable {
                 try socket.set(.handshakeInterval(milliseconds: BrokerConfiguration.curveHandshakeMilliseconds))
             }
             // Subscriptions are authorized one by one: the loop applies only those the key may make
-            // (EventLoop+Subscriptions.swift).
+            // (Shell/UpdateEndpoint.swift).
             try xpub.set(.xpubManual(true))
         }
         // Connection events tell the loop when a client's TCP connection closes (docs/liveness.md). The monitor
@@ -116,7 +116,7 @@ public final class Broker: Service, Sendable {
         let monitor = try router.monitor([.accepted, .disconnected], name: "router-\(epoch)", context: context)
         // With CURVE, the XPUB's disconnects too: a subscriber that leaves while its subscriptions wait to be read
         // makes applying them unsafe in libzmq 4.3.4 (ManualSubscriptionGate.swift); and its accepted connections,
-        // which a revocation may close (EventLoop+Security.swift).
+        // which a revocation may close (EventLoop+Doors.swift).
         let xpubMonitor =
             configuration.curve == nil
             ? nil
@@ -175,13 +175,15 @@ public final class Broker: Service, Sendable {
             }
         }
         contactsFile = configuration.contactsFile
-        let eventLoop = try EventLoop(
-            configuration: configuration, epoch: epoch, router: router, xpub: xpub, wake: wakeSocket,
-            monitor: monitor, zap: zap, xpubMonitor: xpubMonitor, store: store, logger: logger,
-            wakeLoop: { [waker] in waker.wake() },
-            mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster, contacts: contacts,
-            logCommitted: logCommitted)
-        presenceLog = eventLoop.history?.log
+        let start = try LoopStart.load(
+            configuration: configuration, epoch: epoch, store: store, inCluster: cluster?.settings, contacts: contacts,
+            logger: logger, mailbox: mailbox, logCommitted: logCommitted)
+        let eventLoop = EventLoop(
+            start: start,
+            sockets: LoopSockets(
+                router: router, xpub: xpub, wake: wakeSocket, monitor: monitor, zap: zap, xpubMonitor: xpubMonitor),
+            logger: logger, mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster)
+        presenceLog = eventLoop.presenceLog
         if eventLoop.clock.isManual {
             let signal = TestClockSignal(time: eventLoop.clock.now())
             eventLoop.clock.signal = signal
@@ -297,7 +299,23 @@ public final class Broker: Service, Sendable {
         return contactsReload.withLock { _ in
             switch ContactsFile.load(path: path, maxContacts: configuration.presence.maxContacts) {
             case .success(let lists):
-                mailbox.post { loop in loop.loadContacts(lists, from: path, at: "SIGHUP") }
+                mailbox.post { [logger] loop in
+                    let started = ContinuousClock.now
+                    switch loop.machine.loadContacts(lists, now: loop.clock.now()) {
+                    case .success(let changed):
+                        loop.carryOutEffects()  // each WebSocket subscriber whose view changed gets its new view
+                        logger.notice(
+                            "SIGHUP: contacts file reloaded",
+                            metadata: [
+                                "file": "\(path)", "users": "\(lists.count)", "changed": "\(changed)",
+                                "ms": "\((ContinuousClock.now - started).wholeMilliseconds)",
+                            ])
+                    case .failure(let refusal):
+                        logger.error(
+                            "SIGHUP: contacts file NOT reloaded; the previous contacts stay",
+                            metadata: ["file": "\(path)", "error": "\(refusal.message)"])
+                    }
+                }
                 return .success(lists.count)
             case .failure(let error):
                 logger.error(

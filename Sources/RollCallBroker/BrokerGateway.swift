@@ -18,7 +18,9 @@ public struct BrokerGateway: Sendable {
     /// posted after this one, find it through `outbox`.
     public func open(access: Access, outbox: GatewayOutbox) {
         mailbox.post { loop in
-            outbox.connection = loop.openGatewayConnection(access: access, outbox: outbox)
+            let id = loop.commands.issueConnectionID()
+            loop.webSockets.open(id, access: access, outbox: outbox)
+            outbox.connection = id
         }
     }
 
@@ -26,8 +28,9 @@ public struct BrokerGateway: Sendable {
     /// ``GatewayOutbox/beginRequest()`` first. The reply comes through the connection's outbox.
     public func handle(_ request: Result<GatewayRequest, RequestRejection>, from outbox: GatewayOutbox) {
         mailbox.post { loop in
-            guard let id = outbox.connection else { return }
-            loop.handleGatewayRequest(request, from: id)
+            // Closed meanwhile: nobody reads the answer. Else answered at once, or in its turn in the one fair queue.
+            guard let id = outbox.connection, loop.webSockets.access(of: id) != nil else { return }
+            loop.take(.gateway(request), body: [], key: .webSocket(id), route: .webSocket(id))
         }
     }
 
@@ -36,7 +39,7 @@ public struct BrokerGateway: Sendable {
     public func reauthorize(_ outbox: GatewayOutbox, access: Access, id: JSON?, expires: Int64) {
         mailbox.post { loop in
             guard let connection = outbox.connection else { return }
-            loop.reauthorizeGatewayConnection(connection, access: access, id: id, expires: expires)
+            loop.webSockets.reauthorize(connection, access: access, requestID: id, expires: expires)
         }
     }
 
@@ -45,7 +48,7 @@ public struct BrokerGateway: Sendable {
     public func revoke(_ outbox: GatewayOutbox) {
         mailbox.post { loop in
             guard let id = outbox.connection else { return }
-            loop.revokeGatewayConnection(id)
+            loop.closeGatewayConnection(id, revoked: true)
         }
     }
 
@@ -54,7 +57,7 @@ public struct BrokerGateway: Sendable {
     public func closed(_ outbox: GatewayOutbox) {
         mailbox.post { loop in
             guard let id = outbox.connection else { return }
-            loop.dropGatewayConnection(id)
+            loop.closeGatewayConnection(id)
         }
     }
 }

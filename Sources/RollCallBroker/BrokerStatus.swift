@@ -18,6 +18,18 @@ public struct BrokerStatus: Sendable {
     public var subscriptions: Int
     /// Messages published on the update socket since the start: a rate is the difference of two readings.
     public var published: UInt64
-    /// The latest records published, newest last (at most ``EventLoop/recentLimit``).
+    /// The latest records published, newest last (at most ``UpdateEndpoint/recentLimit``).
     public var recent: [PresenceRecord]
+}
+
+extension BrokerStatus {
+    /// The loop's state as of `now`.
+    init(machine: BrokerMachine, commands: CommandEndpoint, updates: UpdateEndpoint, now: BrokerTime) {
+        let published = machine.published
+        self.init(
+            broker: machine.configuration.brokerID, epoch: machine.epoch, time: now,
+            sessions: machine.core.sessionCount, usersAvailable: published.availableUserCount,
+            connections: commands.connectionCount, groups: published.groupCount, subscriptions: updates.topics.count,
+            published: updates.publishedCount, recent: Array(updates.recentRecords))
+    }
 }

@@ -25,6 +25,13 @@ final class ClusterLink {
             wake()
         }
     }
+
+    /// Hands the machine what the node reported since the last round, and what it says now (whether it may serve,
+    /// measured on its monotonic clock; the cluster's seq base).
+    func report(to machine: inout BrokerMachine, now: BrokerTime) {
+        machine.clusterReported(
+            inbox.take(), acceptsSessions: node.acceptsSessions, seqBase: node.seqBase, now: now)
+    }
 }
 
 /// What the node's threads hand the loop; the loop takes it all each round.

@@ -22,12 +22,13 @@ final class LogReader: Sendable {
     private let beforeRead: (@Sendable () -> Void)?
 
     /// How long ``stop()`` waits for a read under way before it leaves the thread to finish on its own.
-    static let stopWait: DispatchTimeInterval = .seconds(2)
+    private let stopWait: DispatchTimeInterval
 
     /// Starts the thread, reading `log` (a connection no other thread uses).
-    init(log: PresenceLog, beforeRead: (@Sendable () -> Void)? = nil) {
+    init(log: PresenceLog, beforeRead: (@Sendable () -> Void)? = nil, stopWait: DispatchTimeInterval = .seconds(2)) {
         self.log = log
         self.beforeRead = beforeRead
+        self.stopWait = stopWait
         let thread = Thread { [self] in run() }
         thread.name = "rollcall-log-reader"
         thread.start()
@@ -50,14 +51,14 @@ final class LogReader: Sendable {
     }
 
     /// Ends the thread: reads not started are dropped (their answers never come); one under way finishes, and is
-    /// waited for at most ``stopWait``. Called once, by the loop as it stops.
+    /// waited for at most `stopWait` (2 s by default). Called once, by the loop as it stops.
     func stop() {
         state.withLock { state in
             state.stopping = true
             state.jobs.removeAll()
         }
         work.signal()
-        _ = done.wait(timeout: .now() + Self.stopWait)
+        _ = done.wait(timeout: .now() + stopWait)
     }
 
     private func run() {
@@ -73,7 +74,7 @@ final class LogReader: Sendable {
     }
 }
 
-/// How many log reads may be in flight (pure; the loop's, EventLoop+History.swift). One per connection: a
+/// How many log reads may be in flight (pure; the loop's, Shell/StoreSide.swift). One per connection: a
 /// connection with a read in flight is held in the fair queue, its later requests behind the read, so that its
 /// replies keep their order. And at most ``maxInFlight`` in all: past it, a connection whose turn brings a read is
 /// parked, its read back at the head of its queue, until a read finishes; then every parked connection goes back in
@@ -85,7 +86,7 @@ struct LogReadSlots {
 
     private(set) var inFlight = 0
     /// The connections waiting for room, first come first served.
-    private(set) var parked = Deque<EventLoop.FairnessKey>()
+    private(set) var parked = Deque<FairnessKey>()
 
     /// Takes a slot for a read, if one is free.
     mutating func take() -> Bool {
@@ -95,12 +96,12 @@ struct LogReadSlots {
     }
 
     /// Parks `key` until a slot is free.
-    mutating func park(_ key: EventLoop.FairnessKey) {
+    mutating func park(_ key: FairnessKey) {
         if !parked.contains(key) { parked.append(key) }
     }
 
     /// Gives a finished read's slot back; the connections parked, to be let back in line in the order they came.
-    mutating func give() -> [EventLoop.FairnessKey] {
+    mutating func give() -> [FairnessKey] {
         inFlight = max(0, inFlight - 1)
         defer { parked.removeAll() }
         return Array(parked)

@@ -10,6 +10,9 @@ final class LoopMailbox: Sendable {
 
     init(waker: Waker) { self.waker = waker }
 
+    /// Wakes the loop without a job (the store writer wants the whole state).
+    func wake() { waker.wake() }
+
     /// Queues `job` for the loop's next round and wakes it.
     func post(_ job: @escaping @Sendable (EventLoop) -> Void) {
         jobs.withLock { $0.append(job) }

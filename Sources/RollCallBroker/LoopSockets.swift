@@ -8,11 +8,11 @@ struct LoopSockets {
     let xpub: Socket
     /// Wakes the loop when another thread left it work (LoopMailbox.swift).
     let wake: Socket
-    /// The ROUTER's socket monitor: connections accepted and closed (EventLoop+Connections.swift).
+    /// The ROUTER's socket monitor: connections accepted and closed (EventLoop+Requests.swift).
     let monitor: Socket
     /// The ZAP handler's socket (RFC 27), with CURVE only: every handshake on either endpoint asks it.
     let zap: Socket?
-    /// The XPUB's socket monitor, with CURVE only: subscribers that disconnect (EventLoop+Subscriptions.swift).
+    /// The XPUB's socket monitor, with CURVE only: subscribers that disconnect (Shell/UpdateEndpoint.swift).
     let xpubMonitor: Socket?
 
     /// What one poll found readable.

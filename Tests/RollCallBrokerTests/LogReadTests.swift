@@ -153,8 +153,8 @@ struct LogReadTests {
         var slots = LogReadSlots()
         let taken = (0...LogReadSlots.maxInFlight).map { _ in slots.take() }
         #expect(taken == Array(repeating: true, count: LogReadSlots.maxInFlight) + [false])
-        let one = EventLoop.FairnessKey.router([1])
-        let two = EventLoop.FairnessKey.webSocket(ConnectionID(2))
+        let one = FairnessKey.router([1])
+        let two = FairnessKey.webSocket(ConnectionID(2))
         slots.park(one)
         slots.park(two)
         slots.park(one)
@@ -174,10 +174,14 @@ struct LogReadTests {
         try file.write([Self.entry(1)])
         let gate = DispatchSemaphore(value: 0)
         let entered = Atomic<Int>(0)
-        let reader = LogReader(log: try file.log.readOnlyConnection()) {
-            entered.add(1, ordering: .sequentiallyConsistent)
-            gate.wait()
-        }
+        // The stop waits for the read under way as long as the test needs (a loaded machine can take seconds to
+        // let it go): what is checked is the order, not the 2 s bound.
+        let reader = LogReader(
+            log: try file.log.readOnlyConnection(),
+            beforeRead: {
+                entered.add(1, ordering: .sequentiallyConsistent)
+                gate.wait()
+            }, stopWait: .seconds(120))
         let answers = Mutex<[String]>([])
         for name in ["first", "second", "third"] {
             #expect(

@@ -166,7 +166,7 @@ struct BrokerMachine {
         case .advance:
             return .failure(PresenceError(.unknownOp, "unknown op 'advance'"))  // answered by `handle`
         case .queryAt, .history, .events:
-            // Read from the log by the loop (EventLoop+History.swift), which has the file; never run here.
+            // Read from the log by the loop (Shell/StoreSide.swift), which has the file; never run here.
             return .failure(PresenceError(.noHistory, "this broker keeps no presence log"))
         case .group(let group, let edit, let after):
             // Group messages go out from the loop's flush, batched; the reply answers at once, with one page of
@@ -262,6 +262,16 @@ struct BrokerMachine {
     // MARK: Publishing
 
     /// The core whose records are published and read: the cluster's view on a node of a cluster, else the core.
+    /// The broker heartbeat as of `now`, with the counts every subscriber may know of and `dropped`, the messages
+    /// the update socket sent past full subscribers.
+    func heartbeat(now: BrokerTime, dropped: UInt64) -> BrokerHeartbeat {
+        let counts = published.publicCounts
+        return BrokerHeartbeat(
+            broker: configuration.brokerID, epoch: epoch, time: now,
+            intervalMilliseconds: configuration.brokerHeartbeatMilliseconds, usersAvailable: counts.usersAvailable,
+            sessions: counts.sessions, dropped: dropped, cluster: publishing.standing)
+    }
+
     var published: PresenceCore { publishing.view ?? core }
 
     /// What a new subscriber of `topic` gets at once (the current record or group aggregate) as effects.

@@ -1,7 +1,7 @@
 import RollCallSecurity
 import ZeroMQ
 
-/// Who may connect and what each connection may do, with CURVE (EventLoop+Security.swift): the answers to ZAP
+/// Who may connect and what each connection may do, with CURVE (Shell/CommandEndpoint.swift): the answers to ZAP
 /// requests (ZeroMQ RFC 27) from the authorized-keys table, the access of a message's `User-Id`, and the table's
 /// reloads. Without CURVE there is no table, and every peer may do everything. No socket here: the loop reads the
 /// ZAP socket and sends what ``zapReply(to:)`` returns.

@@ -1,6 +1,6 @@
 import DequeModule
 
-/// Queues of work per peer, served in turns (EventLoop+Fairness.swift): each turn takes one peer's next item and
+/// Queues of work per peer, served in turns (EventLoop+Requests.swift): each turn takes one peer's next item and
 /// the cheap items queued right behind it, and a peer with more waiting goes to the back of the line. So a peer that
 /// keeps many expensive reads in flight delays another peer by at most one expensive item per turn, and each
 /// peer's items keep their order. Pure: the loop decides how many turns fit in its time slice.

@@ -4,7 +4,7 @@ import RollCallWire
 
 /// What each WebSocket connection gets of users with privacy settings (docs/privacy.md, "The paths"), decided from
 /// the subscription table and the core that publishes, without a socket: the loop encodes and sends what these
-/// return (EventLoop+Privacy.swift). Users without settings take the shared path, one encoding for all.
+/// return (Shell/WebSocketSide.swift). Users without settings take the shared path, one encoding for all.
 extension GatewayTable {
     /// The user a connection views as; `nil` when it sees the truth (no tokens, a reader, an operator).
     func viewer(of id: ConnectionID) -> UserID? {

@@ -2,7 +2,7 @@ import RollCallCore
 import RollCallSecurity
 import RollCallWire
 
-/// The WebSocket connections as the loop knows them (EventLoop+Gateway.swift) and who subscribes to what: the
+/// The WebSocket connections as the loop knows them (Shell/WebSocketSide.swift) and who subscribes to what: the
 /// decisions about subscriptions (what a token may subscribe to, the cap per connection) without a socket.
 struct GatewayTable {
     /// One WebSocket connection as the loop knows it.

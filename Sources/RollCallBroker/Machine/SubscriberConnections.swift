@@ -1,5 +1,5 @@
 /// The update socket's connections (CURVE only), from its monitor: which are open (a revocation may close them,
-/// EventLoop+Security.swift), and which may have sent subscriptions, whose leaving makes applying what waits in the
+/// Shell/UpdateEndpoint.swift), and which may have sent subscriptions, whose leaving makes applying what waits in the
 /// XPUB unsafe in libzmq 4.3.4 (``ManualSubscriptionGate``). A pure state machine over the monitor's events.
 ///
 /// Only a connection whose CURVE handshake succeeded has a pipe, and so subscriptions. libzmq's

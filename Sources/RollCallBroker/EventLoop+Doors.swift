@@ -1,0 +1,68 @@
+import RollCallCore
+import RollCallSecurity
+import RollCallWire
+
+/// What the doors hand the loop besides ROUTER requests: subscriptions on the update socket, WebSocket frames and
+/// closes (posted by BrokerGateway.swift), and reloads of CURVE keys (SIGHUP).
+extension EventLoop {
+    /// Reads subscription changes on the update socket (UpdateEndpoint.swift) and sends the last values due now.
+    func handleSubscriptions() throws {
+        let replays = try updates.readSubscriptions(
+            batch: Self.batch, now: clock.now(), monotonic: signals.beat.now,
+            access: { commands.access(userID: $0) }, isMember: { machine.isMember($0, of: $1) })
+        for topic in replays { replay(topic) }
+    }
+
+    /// Answers one frame of a WebSocket connection (WebSocketSide.swift), and sends the last values due now.
+    func answerGateway(_ request: Result<GatewayRequest, RequestRejection>, from id: ConnectionID) {
+        let replays = webSockets.answer(
+            request, from: id, limits: (configuration.maxReplyBytes, configuration.webSocket.maxSubscriptions),
+            run: { counted($0, connection: id, access: $1) },
+            missed: { topics, after, epoch in
+                store?.missed(of: topics, after: after, logEpoch: epoch, core: &machine.core, now: clock.now())
+                    ?? .failure(StoreSide.noResume)
+            }, core: { machine.published }, now: clock.now())
+        for topic in replays where updates.requestReplay(topic, monotonic: signals.beat.now) { replay(topic) }
+    }
+
+    /// A WebSocket connection closed, or the loop closes it: its queued writes still count (a bye behind a large
+    /// read, as on the command endpoint), its reads and subscriptions go, and its sessions end by the close path.
+    /// `revoked`: the key that checked its token was taken away (SIGHUP): as for a CURVE key, its sessions end at once,
+    /// reason `revoked`, and it is closed with 4003 after what was already queued; its close then ends nothing more.
+    func closeGatewayConnection(_ id: ConnectionID, revoked: Bool = false) {
+        guard webSockets.access(of: id) != nil else { return }
+        finishDeferredWork(.webSocket(id))
+        webSockets.remove(id, close: revoked ? (GatewayCloseCode.tokenRevoked, "token revoked") : nil)
+        guard revoked else {
+            let users = machine.connectionClosed(id, now: clock.now())
+            carryOutEffects()
+            return logger.debug("websocket closed", metadata: ["connection": "\(id)", "users": "\(users)"])
+        }
+        let ended = machine.revoke([id], now: clock.now())
+        carryOutEffects()
+        logger.notice(
+            "websocket token revoked: its sessions ended (reason revoked) and the connection closed (4003)",
+            metadata: ["connection": "\(id)", "sessions_ended": "\(ended)"])
+    }
+
+    /// Takes a reloaded table of CURVE keys, and ends what the keys it removed hold (docs/security.md, "Rotate keys"):
+    /// their update connections are shut down first (UpdateEndpoint.swift), then their sessions end, reason `revoked`,
+    /// and the command connections their requests came on are shut down. libzmq then sees end-of-file on each and
+    /// closes it itself; the key cannot connect again (ZAP refuses it).
+    func replace(authorizedKeys keys: AuthorizedKeys) {
+        guard let reload = commands.replace(authorizedKeys: keys), !reload.removed.isEmpty else { return }
+        // The pending connection events first: a descriptor still known then is the connection it names (libzmq
+        // reports a close before it closes the descriptor, ConnectionTracker.swift).
+        try? handleConnectionEvents()
+        _ = try? updates.noteDisconnects()
+        updates.shutDownConnections(revokedBy: reload)
+        for key in reload.removed {
+            let (ids, closed) = commands.shutDownConnections(of: key)
+            let ended = machine.revoke(ids, now: clock.now())
+            carryOutEffects()
+            logger.notice(
+                "key revoked: its sessions ended (reason revoked) and its command connections closed",
+                metadata: ["key": "\(key)", "sessions_ended": "\(ended)", "command_connections_closed": "\(closed)"])
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import RollCallCore
+import RollCallWire
+
+/// The machine's effects being carried out, swapped with the machine's buffer so that both keep their capacity.
+struct EffectRun {
+    var carrying: [BrokerMachine.Effect] = []
+    var isCarrying = false
+}
+
+/// The loop's side of the machine: carrying out its effects, and publishing.
+extension EventLoop {
+    /// Carries out the machine's effects in order, and those that carrying them out adds (a WebSocket subscriber
+    /// too slow for a publication is dropped at the start of the next round, not in the middle of this one).
+    func carryOutEffects() {
+        guard !effects.isCarrying, !machine.effects.isEmpty else { return }  // the outer call takes what is added
+        effects.isCarrying = true
+        defer { effects.isCarrying = false }
+        // Consecutive group messages come from one output of a core and show the same records: each record is
+        // encoded once for all of them.
+        var recordCache: [UserID: [UInt8]] = [:]
+        while !machine.effects.isEmpty {
+            swap(&effects.carrying, &machine.effects)
+            for effect in effects.carrying {
+                if case .publishGroup = effect {} else if !recordCache.isEmpty { recordCache.removeAll() }
+                switch effect {
+                case .publish(let record): publish(record, replay: false)
+                case .publishGroup(let update, let now): publish(update, recordCache: &recordCache, now: now)
+                case .clusterWrite(let write): cluster?.node.write(write)
+                case .publishHeartbeat: publish(Topic.broker.bytes, .heartbeat)
+                case .warning(let message, let metadata):
+                    logger.warning("\(message)", metadata: metadata.mapValues { .string($0) })
+                case .notice(let message, let metadata):
+                    logger.notice("\(message)", metadata: metadata.mapValues { .string($0) })
+                case .sessionSteps(let events): logger.debug(events)
+                case .publishViews(let record): publish(record, replay: true)
+                case .resendViews(let before):
+                    webSockets.resendViews(since: before, core: machine.published, now: clock.now())
+                }
+            }
+            effects.carrying.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Sends a record to its user's topic. A user with privacy settings goes on the update socket as for everyone
+    /// (ZeroMQ subscriptions are not filtered, a known weakness) and to each WebSocket subscriber as it may see it.
+    func publish(_ record: PresenceRecord, replay: Bool) {
+        let topic = Topic.presence(record.user).bytes
+        if replay || machine.restricts(record.user) {
+            publish(topic, .bytes(Codec.encodeRecord(record)), toWebSockets: false)
+            webSockets.deliverViews(of: record, replay: replay, core: machine.published, now: clock.now())
+        } else {
+            publish(topic, .bytes(Codec.encodeRecord(record)))
+        }
+        updates.remember(record)
+    }
+
+    /// Sends a group message, split into parts of at most ``BrokerConfiguration/maxGroupMessageBytes`` when its
+    /// changes do not fit in one; each later part takes a new group seq (docs/groups.md).
+    func publish(_ update: GroupUpdate, recordCache: inout [UserID: [UInt8]], now: BrokerTime) {
+        let parts = Codec.splitGroupUpdate(
+            update, recordCache: &recordCache, maxBytes: BrokerConfiguration.maxGroupMessageBytes)
+        for (index, var part) in parts.enumerated() {
+            // A later part takes a new, larger seq, so that the group seq rule applies every part.
+            if index > 0 { part.seq = machine.issueGroupSeq(update.group, now: now) }
+            let body = Codec.encodeGroupUpdate(part, recordCache: &recordCache)
+            // While some user blocks someone, the WebSocket subscribers get their own views.
+            publish(Topic.group(update.group).bytes, .bytes(body), toWebSockets: !machine.hasBlocks)
+            if machine.hasBlocks { webSockets.deliverViews(of: part, body: body, core: machine.published, now: now) }
+        }
+    }
+
+    /// Sends a message on the update socket and, unless they get their own views, to the WebSocket subscribers of its
+    /// topic.
+    func publish(_ topic: [UInt8], _ body: PendingPublications.Body, toWebSockets: Bool = true) {
+        if toWebSockets, webSockets.hasSubscribers {
+            webSockets.deliverPublished(topic) { updates.bytes(of: body, heartbeatBody) }
+        }
+        updates.publish(topic, body, now: clock.now(), heartbeat: heartbeatBody)
+    }
+
+    /// The broker heartbeat's body as it leaves (``BrokerMachine/heartbeat(now:dropped:)``).
+    func heartbeatBody(dropped: UInt64) -> [UInt8] {
+        Codec.encodeBrokerHeartbeat(machine.heartbeat(now: clock.now(), dropped: dropped))
+    }
+
+    /// Publishes what a subscriber of `topic` gets at once: the current record, group aggregate or heartbeat.
+    func replay(_ topic: Topic) {
+        switch topic {
+        case .presence, .group:
+            machine.replay(topic, now: clock.now())
+            carryOutEffects()
+        case .broker: publish(Topic.broker.bytes, .heartbeat)  // a new subscriber learns the epoch at once
+        case .allPresence: break
+        }
+    }
+}

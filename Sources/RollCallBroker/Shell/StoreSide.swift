@@ -1,0 +1,211 @@
+import Logging
+import RollCallCore
+import RollCallSecurity
+import RollCallStore
+import RollCallWire
+
+/// The loop's side of the store (SQLite on the `StoreWriter` thread) and of the presence log (docs/history.md): it
+/// hands changes and transitions to the writer, and prepares the reads `history`, `events` and `query` with `at` for
+/// the reader thread (LogRead.swift, LogReader.swift). A WebSocket `subscribe` with `after` still reads the file on the
+/// loop.
+final class StoreSide {
+    private let writer: StoreWriter
+    /// The presence log, when the broker keeps one.
+    private(set) var history: LoopHistory?
+    private let logger: Logger
+
+    /// Loads the kept state into `core`; starts the writer, and the log's reader when the broker keeps a log. Returns
+    /// the side and the broker time the kept state ends at.
+    static func open(
+        _ store: any PresenceStore, core: inout PresenceCore, configuration: BrokerConfiguration, keepsLog: Bool,
+        logger: Logger, clock: (BrokerTime?) -> BrokerClock, wakeLoop: @escaping @Sendable () -> Void,
+        logCommitted: @escaping @Sendable (UInt64) -> Void, logRestarted: @escaping @Sendable (String) -> Void
+    ) throws -> (StoreSide, BrokerClock) {
+        let kept = try store.load()
+        let clock = clock(kept.brokerTime)
+        core.restore(records: kept.records, groups: kept.groups, now: clock.now())
+        core.restorePrivacy(kept.privacy)
+        if core.hasPrivacySettings, configuration.curve?.authorizedKeys == nil,
+            configuration.webSocket.jwtKeyFile == nil, configuration.webSocket.jwtJwksURL == nil
+        {
+            // Without keys or tokens every peer is an operator and sees the truth (docs/privacy.md).
+            logger.warning(
+                "privacy settings are kept but have no effect: no CURVE keys or WebSocket tokens are configured",
+                metadata: ["users": "\(kept.privacy.count)"])
+        }
+        logger.info(
+            "state restored",
+            metadata: [
+                "users": "\(kept.records.count)", "available": "\(core.availableUserCount)",
+                "groups": "\(kept.groups.count)", "skipped": "\(kept.skippedRows)",
+            ])
+        var history: LoopHistory?
+        if let (state, log) = try store.openLog(keep: keepsLog), keepsLog {
+            core.startLog(after: state.lastOffset)
+            let reader = LogReader(log: try log.readOnlyConnection(), beforeRead: configuration.logReadHook)
+            history = LoopHistory(log: log, epoch: state.epoch, reader: reader)
+            logger.info(
+                "presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
+        }
+        let writer = StoreWriter(
+            store: store, logger: logger,
+            logRetention: history == nil ? nil : configuration.historyRetentionMilliseconds,
+            committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted,
+            logRestarted: logRestarted)
+        return (StoreSide(writer: writer, history: history, logger: logger), clock)
+    }
+
+    private init(writer: StoreWriter, history: LoopHistory?, logger: Logger) {
+        self.writer = writer
+        self.history = history
+        self.logger = logger
+    }
+
+    /// The log's epoch, when the broker keeps one.
+    var logEpoch: String? { history?.epoch }
+
+    /// Stops the log's reader: a read in flight is dropped.
+    func stopReading() { history?.reader?.stop() }
+
+    // MARK: Writing
+
+    /// Once per write interval (`due`), the changes since the last batch; every round, the new transitions: they are
+    /// what a crash must not lose. A database file made anew first gets the whole state.
+    func write(from core: inout PresenceCore, now: BrokerTime, due: (Bool) -> Bool) {
+        if writer.takeSnapshotRequest() { writer.enqueue(Self.everything(of: &core, now: now)) }
+        if due(core.hasChanges) { writer.enqueue(Self.batch(of: &core, now: now).appendingLog(take(from: &core))) }
+        writeTransitions(from: &core, now: now)
+    }
+
+    /// Hands the last changes to the writer and waits for them; whether everything is stored.
+    func finish(from core: inout PresenceCore, now: BrokerTime) -> Bool {
+        writer.enqueue(Self.batch(of: &core, now: now).appendingLog(take(from: &core)))
+        return writer.finish()
+    }
+
+    /// Hands this round's transitions to the writer, when the broker keeps a log.
+    func writeTransitions(from core: inout PresenceCore, now: BrokerTime) {
+        guard history != nil else { return }
+        writer.note(time: now)
+        history?.forget(through: writer.committedOffset)
+        // The writer drops the oldest past the same bound while the store cannot write (and the log then starts over).
+        if let count = history?.unwritten.count, count > writer.maxUnwrittenLog {
+            history?.unwritten.removeFirst(count - writer.maxUnwrittenLog)
+        }
+        let entries = take(from: &core)
+        guard !entries.isEmpty else { return }
+        writer.enqueue(StoreBatch(brokerTime: now, log: entries))
+    }
+
+    /// The log started over under `epoch` (the writer dropped transitions while the store could not write): cursors
+    /// of the old epoch are refused from now on.
+    func restartLog(epoch: String) { history?.restart(epoch: epoch) }
+
+    /// Takes the core's new transitions, keeping them for reads until the writer has written them. The caller hands
+    /// them to the writer: taken and not written, they would be lost from the log.
+    private func take(from core: inout PresenceCore) -> [LogEntry] {
+        guard history != nil, core.hasTransitions else { return [] }
+        let entries = core.takeTransitions()
+        history?.unwritten.append(contentsOf: entries)
+        return entries
+    }
+
+    /// The changes since the last batch, for the store.
+    private static func batch(of core: inout PresenceCore, now: BrokerTime) -> StoreBatch {
+        let changes = core.takeChanges(now: now)
+        return StoreBatch(
+            records: changes.records, groups: changes.groups, deletedGroups: changes.deletedGroups, brokerTime: now,
+            privacy: core.takePrivacyChanges())
+    }
+
+    /// The whole state as one batch, for a store that starts empty.
+    private static func everything(of core: inout PresenceCore, now: BrokerTime) -> StoreBatch {
+        let all = core.everything(now: now)
+        return StoreBatch(
+            records: all.records, groups: all.groups, deletedGroups: [], brokerTime: now,
+            privacy: core.allPrivacySettings())
+    }
+
+    // MARK: Reading
+
+    /// The answer to a read of the log on a broker that keeps none.
+    static let noLog = PresenceError(
+        .noHistory, "this broker keeps no presence log (--history-retention-ms 0, --ephemeral, or a cluster node)")
+
+    /// What became of a request that reads the log.
+    enum ReadStart {
+        /// Answered (or refused) at once.
+        case answered(Result<Reply, PresenceError>)
+        /// Handed to the reader: the connection's later requests wait for its reply.
+        case reading
+        /// The reader is at its bound (``LogReadSlots/maxInFlight``): the request waits for a slot.
+        case full
+    }
+
+    /// Starts an authorized read of the log, after this round's transitions went to the writer: what the loop alone
+    /// knows is taken now (everything published so far is in the file or in `unwritten`; `committed` is read before
+    /// the file, so rows above it come from `unwritten`: no hole), the file is read on the reader thread, and `done`
+    /// gets the rows there.
+    func startRead(
+        _ request: Request, viewer: UserID?, machine: inout BrokerMachine, now: BrokerTime,
+        done: @escaping @Sendable (LogRead, Result<LogRead.Rows, any Error>) -> Void
+    ) -> ReadStart {
+        writeTransitions(from: &machine.core, now: now)
+        guard let history, let reader = history.reader else { return .answered(.failure(Self.noLog)) }
+        let read: LogRead
+        switch LogRead.prepare(
+            request, history: history, committed: writer.committedOffset, logOffset: machine.core.logOffset, now: now,
+            viewer: viewer, core: machine.published)
+        {
+        case .success(let prepared): read = prepared
+        case .failure(let refusal): return .answered(.failure(refusal))
+        }
+        guard self.history?.slots.take() == true else { return .full }
+        reader.submit({ log in try read.fetch(from: log) }) { rows in done(read, rows) }
+        return .reading
+    }
+
+    /// The connection `key` waits for a slot of the reader.
+    func park(_ key: FairnessKey) { history?.slots.park(key) }
+
+    /// A read is back: its slot is free, and the connections that waited for one may go on.
+    func readFinished() -> [FairnessKey] { history?.slots.give() ?? [] }
+
+    /// A read's reply from its rows, privacy judged with `published` as it is now.
+    func reply(
+        to read: LogRead, _ rows: Result<LogRead.Rows, any Error>, published: PresenceCore, now: BrokerTime
+    ) -> Result<Reply, PresenceError> {
+        switch rows {
+        case .success(let rows): return .success(read.reply(rows, core: published, now: now))
+        case .failure(let error as PresenceError): return .failure(error)
+        case .failure(let error):
+            logger.error("reading the presence log failed", metadata: ["error": "\(error)"])
+            return .failure(PresenceError(.noHistory, "the presence log cannot be read now: \(error)"))
+        }
+    }
+
+    /// The answer to a resume on a broker that keeps no log.
+    static let noResume = PresenceError(
+        .noHistory, "this broker keeps no presence log, so a subscription cannot resume")
+
+    /// The transitions of `topics` after `after` that a resumed WebSocket subscription missed (this round's join
+    /// `unwritten` first), or why the log cannot continue from there.
+    func missed(of topics: [Topic], after: UInt64, logEpoch: String?, core: inout PresenceCore, now: BrokerTime)
+        -> Result<[LogEntry], PresenceError>
+    {
+        guard history != nil else { return .failure(Self.noResume) }
+        writeTransitions(from: &core, now: now)
+        guard let history else { return .success([]) }
+        do {
+            return .success(
+                try LogRead.missed(
+                    of: topics, after: after, logEpoch: logEpoch, history: history,
+                    committed: writer.committedOffset, logOffset: core.logOffset))
+        } catch let error as PresenceError {
+            return .failure(error)
+        } catch {
+            logger.error("reading the presence log failed", metadata: ["error": "\(error)"])
+            return .failure(PresenceError(.noHistory, "the presence log cannot be read now: \(error)"))
+        }
+    }
+}
