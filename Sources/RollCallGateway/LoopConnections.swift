@@ -41,7 +41,8 @@ final class LoopConnections {
         for handler in Array(handlers.values) { handler.ping() }
     }
 
-    /// A reload took `revoked` away: each connection whose token one of them checked is closed (4003).
+    /// A reload of the key file, or a good fetch of the JWKS URL, took `revoked` away: each connection whose token
+    /// one of them checked is closed (4003).
     func revoke(_ revoked: RevokedKeys) {
         for handler in Array(handlers.values) { handler.revoke(revoked) }
     }

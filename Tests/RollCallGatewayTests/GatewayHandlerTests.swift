@@ -86,6 +86,45 @@ import Testing
         #expect(try kept.written().isEmpty)
     }
 
+    /// A JWKS URL fetch's round of closes: the connection whose token the URL's k1 checked is closed with 4003; the
+    /// one the URL's k2 checked, and the one the key file's own k1 checked, write nothing and stay open. (No
+    /// verifier: the round decides on the grant's key alone; the look-up on open is the next test's.)
+    @Test func aJWKSFetchClosesOnlyTheConnectionOfTheDroppedKid() throws {
+        let gone = try Connection(grant: Self.grant(.jwksKid("k1")))
+        let kept = try Connection(grant: Self.grant(.jwksKid("k2")))
+        let fileKey = try Connection(grant: Self.grant(.kid("k1")))
+        #expect(try gone.written().isEmpty)
+        for connection in [gone, kept, fileKey] { connection.tables.revoke(RevokedKeys(jwksKids: ["k1"])) }
+        #expect(try gone.closeCode() == GatewayCloseCode.tokenRevoked)
+        #expect(try kept.written().isEmpty)
+        #expect(try fileKey.written().isEmpty)
+        #expect(kept.channel.isActive && fileKey.channel.isActive)
+    }
+
+    /// A token checked by the JWKS URL's k1 just before a fetch dropped k1 (its upgrade under way, so it missed the
+    /// fetch's round of closes) is revoked as soon as its connection opens; one checked by k2, still served, is not.
+    @Test func aTokenWhoseJWKSKeyWentDuringTheUpgradeIsRevokedOnOpen() async throws {
+        let (first, second) = (ES256PrivateKey(), ES256PrivateKey())
+        let endpoint = JWKSSourceTests.Endpoint()
+        endpoint.serve(try TokenMint.jwks([(first, "k1"), (second, "k2")]))
+        try await JWKSSourceTests.withEndpoint(endpoint) { url in
+            let source = JWKSSource(url: url, logger: Logger(label: "jwks"))
+            try await source.start()
+            let verifier = try await TokenVerifier(
+                keyFile: nil, jwks: source, rules: .init(), logger: Logger(label: "tokens"))
+            let now = 1_893_499_200.0
+            let claims = TokenMint.claims(now: now)
+            let byFirst = try await verifier.verify(TokenMint.ecdsa(first, kid: "k1").token(claims), now: now)
+            let bySecond = try await verifier.verify(TokenMint.ecdsa(second, kid: "k2").token(claims), now: now)
+            endpoint.serve(try TokenMint.jwks([(second, "k2")]))
+            await source.refreshNow()
+            let late = try Connection(verifier: verifier, grant: byFirst)
+            #expect(try late.closeCode() == GatewayCloseCode.tokenRevoked)
+            let kept = try Connection(verifier: verifier, grant: bySecond)
+            #expect(try kept.written().isEmpty)
+        }
+    }
+
     /// A text message goes to the loop, and what the loop queues for the connection is written as a text frame.
     @Test func messagesGoToTheLoopAndRepliesComeBack() throws {
         let connection = try Connection()

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import JWTKit
 import Logging
 import Synchronization
@@ -6,8 +7,9 @@ import Testing
 
 @testable import RollCallGateway
 
-/// Which open connections a reload of `--jwt-key-file` closes: the decision on the keys' identity alone, then the
-/// verifier that records which key checked each token and says what a reload took away.
+/// Which open connections a reload of `--jwt-key-file`, or a good fetch of `--jwt-jwks-url`, closes: the decision on
+/// the keys' identity alone, then the verifier that records which key checked each token and says what a reload or
+/// a fetch took away.
 @Suite struct TokenRevocationTests {
     static let now = Date().timeIntervalSince1970
 
@@ -98,6 +100,128 @@ import Testing
         try "another-secret-of-more-than-32-bytes-long".write(toFile: file, atomically: true, encoding: .utf8)
         #expect(await verifier.reloadKeyFile() == nil)
         #expect(reports.all.map { $0.covers(grant.key) } == [true])
+    }
+
+    /// A fetch of the JWKS URL revokes the `kid`s the last good set had and the new one has not, and only the
+    /// URL's: the same `kid` from the key file is another key, and the key file's reload does not take the URL's.
+    @Test func theJWKSDecisionKeepsItsOwnSource() {
+        let removed = RevokedKeys.betweenJWKS(
+            old: TokenKeyIdentity(kids: ["k1", "k2"]), new: TokenKeyIdentity(kids: ["k2", "k3"]))
+        #expect(removed == RevokedKeys(jwksKids: ["k1"]))
+        #expect(removed.covers(.jwksKid("k1")))
+        #expect(!removed.covers(.jwksKid("k2")))
+        #expect(!removed.covers(.kid("k1")), "the key file's k1 is another key")
+        #expect(!removed.covers(nil))
+        #expect(
+            RevokedKeys.betweenJWKS(old: TokenKeyIdentity(kids: ["k1"]), new: TokenKeyIdentity(kids: ["k1"])).isEmpty)
+        #expect(!RevokedKeys.between(old: TokenKeyIdentity(kids: ["k1"]), new: .init()).covers(.jwksKid("k1")))
+
+        let urlKeys = TokenKeyIdentity(kids: ["k1"])
+        #expect(urlKeys.holdsFromJWKSURL(.jwksKid("k1")))
+        #expect(!urlKeys.holdsFromJWKSURL(.jwksKid("k2")))
+        #expect(!urlKeys.holdsFromJWKSURL(.kid("k1")))
+        #expect(!urlKeys.holds(.jwksKid("k1")), "a key file never holds the JWKS URL's key")
+        #expect(urlKeys.holdsFromJWKSURL(nil))
+    }
+
+    /// A JWKS URL of two keys, served over real HTTP: each token's grant names the URL's key (a token without `kid`,
+    /// the set's first); failed fetches (500, not a JWKS, no signing key) and a fetch of the same set report
+    /// nothing; a refresh that drops k1 reports k1 and not k2, after the new set is in force; a fetch asked for by an
+    /// unknown `kid` that drops k2 reports k2.
+    @Test func aJWKSFetchReportsTheRemovedKid() async throws {
+        let (first, second, third) = (ES256PrivateKey(), ES256PrivateKey(), ES256PrivateKey())
+        let endpoint = JWKSSourceTests.Endpoint()
+        endpoint.serve(try TokenMint.jwks([(first, "k1"), (second, "k2")]))
+        try await JWKSSourceTests.withEndpoint(endpoint) { url in
+            let source = JWKSSource(url: url, logger: Logger(label: "jwks"))
+            try await source.start()
+            let verifier = try await TokenVerifier(
+                keyFile: nil, jwks: source, rules: .init(), logger: Logger(label: "tokens"))
+            let reports = Reports()
+            let inForce = Mutex<[Bool]>([])
+            verifier.onKeysRevoked { revoked in
+                reports.add(revoked)
+                inForce.withLock { $0.append(!verifier.stillHolds(.jwksKid(revoked.jwksKids.first ?? ""))) }
+            }
+            let claims = TokenMint.claims(now: Self.now)
+            let byFirst = try await verifier.verify(TokenMint.ecdsa(first, kid: "k1").token(claims), now: Self.now)
+            let bySecond = try await verifier.verify(TokenMint.ecdsa(second, kid: "k2").token(claims), now: Self.now)
+            let withoutKid = try await TokenMint(keys: JWTKeyCollection().add(ecdsa: first), kid: nil).token(claims)
+            #expect(byFirst.key == .jwksKid("k1"))
+            #expect(bySecond.key == .jwksKid("k2"))
+            #expect(try await verifier.verify(withoutKid, now: Self.now).key == .jwksKid("k1"))
+
+            for (status, body) in [
+                (HTTPResponse.Status.internalServerError, ""), (.ok, "<html>"), (.ok, #"{"keys":[]}"#),
+            ] {
+                endpoint.fail(status, body: body)
+                let before = endpoint.fetches
+                await source.refreshNow()
+                #expect(endpoint.fetches == before + 1)
+                #expect(verifier.stillHolds(byFirst.key), "after \(status) \(body)")
+            }
+            endpoint.serve(try TokenMint.jwks([(first, "k1"), (second, "k2")]))
+            await source.refreshNow()
+            #expect(reports.all.isEmpty, "failed fetches, and the same set fetched again, revoke nothing")
+
+            endpoint.serve(try TokenMint.jwks([(second, "k2")]))
+            await source.refreshNow()
+            #expect(reports.all == [RevokedKeys(jwksKids: ["k1"])])
+            #expect(!verifier.stillHolds(byFirst.key))
+            #expect(verifier.stillHolds(bySecond.key))
+            #expect(reports.all.first?.covers(byFirst.key) == true)
+            #expect(reports.all.first?.covers(bySecond.key) == false)
+
+            endpoint.serve(try TokenMint.jwks([(third, "k3")]))
+            let byThird = try await verifier.verify(TokenMint.ecdsa(third, kid: "k3").token(claims), now: Self.now)
+            #expect(byThird.key == .jwksKid("k3"))
+            #expect(reports.all.count == 2)
+            #expect(reports.all.last == RevokedKeys(jwksKids: ["k2"]))
+            #expect(!verifier.stillHolds(bySecond.key))
+            #expect(inForce.withLock { $0 } == [true, true], "observers are told once the new set is in force")
+        }
+    }
+
+    /// The same `kid` in the key file and in the JWKS URL names two keys: a token the key file's `f1` checked stays
+    /// when the URL drops its own `f1`, and a token the URL's `k2` checked stays when the key file drops its `k2`.
+    @Test func theTwoSourcesRevokeOnlyTheirOwnKeys() async throws {
+        let (fileKey, fileOther, urlKey, urlOther) = (
+            ES256PrivateKey(), ES256PrivateKey(), ES256PrivateKey(), ES256PrivateKey()
+        )
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-jwks-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        try TokenMint.jwks([(fileKey, "f1")]).write(toFile: file, atomically: true, encoding: .utf8)
+        let endpoint = JWKSSourceTests.Endpoint()
+        endpoint.serve(try TokenMint.jwks([(urlOther, "f1"), (urlKey, "k2")]))
+        try await JWKSSourceTests.withEndpoint(endpoint) { url in
+            let source = JWKSSource(url: url, logger: Logger(label: "jwks"))
+            try await source.start()
+            let verifier = try await TokenVerifier(
+                keyFile: file, jwks: source, rules: .init(), logger: Logger(label: "tokens"))
+            let reports = Reports()
+            verifier.onKeysRevoked { reports.add($0) }
+            let claims = TokenMint.claims(now: Self.now)
+            let byFile = try await verifier.verify(TokenMint.ecdsa(fileKey, kid: "f1").token(claims), now: Self.now)
+            let byURL = try await verifier.verify(TokenMint.ecdsa(urlKey, kid: "k2").token(claims), now: Self.now)
+            #expect(byFile.key == .kid("f1"))
+            #expect(byURL.key == .jwksKid("k2"))
+
+            endpoint.serve(try TokenMint.jwks([(urlKey, "k2")]))
+            await source.refreshNow()
+            #expect(reports.all == [RevokedKeys(jwksKids: ["f1"])])
+            #expect(reports.all.first?.covers(byFile.key) == false)
+            #expect(verifier.stillHolds(byFile.key))
+
+            try TokenMint.jwks([(fileKey, "f1"), (fileOther, "k2")]).write(
+                toFile: file, atomically: true, encoding: .utf8)
+            #expect(await verifier.reloadKeyFile() == nil)
+            try TokenMint.jwks([(fileKey, "f1")]).write(toFile: file, atomically: true, encoding: .utf8)
+            #expect(await verifier.reloadKeyFile() == nil)
+            #expect(reports.all.count == 2)
+            #expect(reports.all.last == RevokedKeys(kids: ["k2"]))
+            #expect(reports.all.last?.covers(byURL.key) == false)
+            #expect(verifier.stillHolds(byURL.key))
+        }
     }
 
     /// A revoked connection stops handing messages on and asks the loop to close it, once.

@@ -23,7 +23,8 @@ final class GatewayHandler: ChannelDuplexHandler {
     /// counts).
     private let shared: GatewayShared
     private let grant: Grant?
-    /// The key file's key that checked the token now in force (the upgrade's, or the latest `auth`'s).
+    /// The key (the key file's or the JWKS URL's) that checked the token now in force (the upgrade's, or the latest
+    /// `auth`'s).
     private var tokenKey: TokenKeyRef?
     private var machine: StateMachine
 
@@ -113,14 +114,14 @@ final class GatewayHandler: ChannelDuplexHandler {
         }
     }
 
-    /// A reload of the key file took `revoked` away: if one of them checked this connection's token, the loop ends
-    /// its sessions (reason `revoked`) and closes it with 4003.
+    /// A reload of the key file, or a good fetch of the JWKS URL, took `revoked` away: if one of them checked this
+    /// connection's token, the loop ends its sessions (reason `revoked`) and closes it with 4003.
     func revoke(_ revoked: RevokedKeys) {
         guard revoked.covers(tokenKey), machine.revoked(), let outbox else { return }
         gateway.revoke(outbox)
     }
 
-    /// A token checked just before a reload took its key away may reach the connection after the reload's
+    /// A token checked just before a reload (or a JWKS fetch) took its key away may reach the connection after its
     /// ``revoke(_:)`` went round (an upgrade, or an `auth`, under way): the key is looked up again once the token is
     /// in force, and if it went, the connection goes as a revoked one does.
     private func revokeIfKeyGone() {

@@ -6,7 +6,9 @@ import Synchronization
 
 /// Keys from an identity provider's JWKS URL (`--jwt-jwks-url`, docs/websocket.md): fetched at start, refreshed as
 /// ``JWKSRefresh`` says, fetched again (rate-limited) when a token names an unknown `kid`; a failed fetch keeps the
-/// last good set. A `Service`: it runs beside the WebSocket door and stops with it.
+/// last good set. A good fetch whose set lacks a `kid` the last good one had tells ``onKeysRevoked(_:)``'s
+/// observers, so that the connections that key's tokens opened are closed as a key file's are. A `Service`: it runs
+/// beside the WebSocket door and stops with it.
 public actor JWKSSource: Service {
     /// The URL, `http://` or `https://`.
     public nonisolated let url: String
@@ -16,6 +18,8 @@ public actor JWKSSource: Service {
     /// The fetch under way, which every caller that wants one awaits.
     private var inFlight: Task<Bool, Never>?
     private nonisolated let current = KeySetBox()
+    /// Told of the `kid`s each good fetch takes away (``RevokedKeys/jwksKids``).
+    private nonisolated let revocationObservers = Mutex<[@Sendable (RevokedKeys) -> Void]>([])
 
     /// The longest JWKS document read, in bytes.
     public static let maxBodyBytes = 1 << 20
@@ -31,6 +35,12 @@ public actor JWKSSource: Service {
 
     /// The last good set, `nil` before the first good fetch.
     nonisolated var keys: TokenKeySet? { current.value.withLock { $0 } }
+
+    /// Calls `observer` with the keys each later good fetch takes away, if it takes any (a failed fetch takes none:
+    /// the last good set stays). It is called after the new set is in force.
+    nonisolated func onKeysRevoked(_ observer: @escaping @Sendable (RevokedKeys) -> Void) {
+        revocationObservers.withLock { $0.append(observer) }
+    }
 
     /// The first fetch, at start: a URL that gives no usable JWKS stops the start, as an unreadable key file does.
     public func start() async throws(TokenKeySet.KeyError) {
@@ -104,14 +114,25 @@ public actor JWKSSource: Service {
             let cacheControl = response.headers["cache-control"]
             let maxAge = JWKSRefresh<ContinuousClock.Instant>.maxAge(
                 cacheControl: cacheControl.isEmpty ? nil : cacheControl.joined(separator: ","))
-            current.value.withLock { $0 = set }
+            let old = current.value.withLock { keys in
+                defer { keys = set }
+                return keys
+            }
             machine.fetched(at: .now, maxAge: maxAge)
+            // The first fetch has nothing to compare with: no connection is open before it.
+            let revoked = old.map { RevokedKeys.betweenJWKS(old: $0.identity, new: set.identity) } ?? RevokedKeys()
             logger.debug(
                 "jwks fetched",
                 metadata: [
-                    "url": "\(url)", "kids": "\(set.kids.sorted())",
+                    "url": "\(url)", "kids": "\(set.kids.sorted())", "kids_removed": "\(revoked.jwksKids.sorted())",
                     "next_in": "\(machine.nextFetch - .now)",
                 ])
+            if !revoked.isEmpty {
+                logger.notice(
+                    "jwks: keys removed by the provider; the connections their tokens opened are closed",
+                    metadata: ["url": "\(url)", "kids_removed": "\(revoked.jwksKids.sorted())"])
+                for observer in revocationObservers.withLock({ $0 }) { observer(revoked) }
+            }
             return true
         } catch {
             machine.failed(at: .now)

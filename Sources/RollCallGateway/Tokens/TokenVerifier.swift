@@ -31,7 +31,8 @@ public struct Grant: Sendable, Equatable {
     public var role: Role
     /// When it expires (`exp`), in seconds since 1970.
     public var expires: Int64
-    /// The key file's key that checked the token; `nil` for the JWKS URL's (a reload of the file leaves it).
+    /// The key that checked the token, the key file's or the JWKS URL's (``TokenKeyRef``): a reload of the file,
+    /// or a good fetch of the URL, that takes it away closes the connection.
     public var key: TokenKeyRef? = nil
 }
 
@@ -82,7 +83,8 @@ public final class TokenVerifier: Sendable {
     private let jwks: JWKSSource?
     private let rules: Rules
     private let logger: Logger
-    /// Told of the keys each reload takes away (the WebSocket server closes the connections they checked).
+    /// Told of the keys each reload of the key file takes away (the WebSocket server closes the connections they
+    /// checked); the JWKS URL's source tells its own (``JWKSSource/onKeysRevoked(_:)``).
     private let revocationObservers = Mutex<[@Sendable (RevokedKeys) -> Void]>([])
 
     /// Reads `keyFile` (a JWKS, a PEM public key, or an HMAC secret of at least 32 bytes) now; `jwks` must have
@@ -115,16 +117,22 @@ public final class TokenVerifier: Sendable {
         fileKeys.value.withLock { $0 = set }
     }
 
-    /// Whether the key file as it is now still has the key that checked a token (`nil`, the JWKS URL's: yes): for a
-    /// connection whose token was checked while a reload took its key away, before it could hear of the reload.
+    /// Whether the source of the key that checked a token, as it is now, still has that key (`nil`, no tokens:
+    /// yes): for a connection whose token was checked while a reload of the key file, or a fetch of the JWKS URL,
+    /// took its key away, before it could hear of it.
     func stillHolds(_ key: TokenKeyRef?) -> Bool {
-        guard let key else { return true }
-        return fileKeys.value.withLock { $0 }?.identity.holds(key) ?? false
+        switch key {
+        case nil: true
+        case .jwksKid?: jwks?.keys?.identity.holdsFromJWKSURL(key) ?? false
+        case .kid?, .unnamed?: fileKeys.value.withLock { $0 }?.identity.holds(key) ?? false
+        }
     }
 
-    /// Calls `observer` with the keys each later reload takes away, if it takes any.
+    /// Calls `observer` with the keys each later reload of the key file, or good fetch of the JWKS URL, takes away,
+    /// if it takes any.
     func onKeysRevoked(_ observer: @escaping @Sendable (RevokedKeys) -> Void) {
         revocationObservers.withLock { $0.append(observer) }
+        jwks?.onKeysRevoked(observer)
     }
 
     /// Reads `--jwt-key-file` again (SIGHUP): tokens are checked against its new keys from now on, and the
@@ -222,18 +230,18 @@ public final class TokenVerifier: Sendable {
 
     /// The set whose key checks a token with this `kid`: the key file's if it has the `kid`, else the JWKS URL's
     /// (fetched again, rate-limited, if it lacks it too), else the key file's key without a `kid`. Without a `kid`:
-    /// the key file's, else the JWKS URL's default key. With it, which of the key file's keys that is (``Grant/key``).
+    /// the key file's, else the JWKS URL's default key. With it, which key of which source that is (``Grant/key``).
     private func keySet(for kid: String?) async throws(Refusal) -> (TokenKeySet, TokenKeyRef?) {
         let file = fileKeys.value.withLock { $0 }
         guard let kid else {
             if let file { return (file, file.unnamedRef ?? file.defaultKid.map(TokenKeyRef.kid)) }
-            if let set = jwks?.keys { return (set, nil) }
+            if let set = jwks?.keys { return (set, set.defaultKid.map(TokenKeyRef.jwksKid)) }
             throw Refusal(description: "no keys")
         }
         if let file, file.kids.contains(kid) { return (file, .kid(kid)) }
         if let jwks {
-            if let set = jwks.keys, set.kids.contains(kid) { return (set, nil) }
-            if let set = await jwks.keysForUnknownKid(), set.kids.contains(kid) { return (set, nil) }
+            if let set = jwks.keys, set.kids.contains(kid) { return (set, .jwksKid(kid)) }
+            if let set = await jwks.keysForUnknownKid(), set.kids.contains(kid) { return (set, .jwksKid(kid)) }
         }
         if let file, file.hasKeyWithoutKid { return (file, file.unnamedRef) }
         throw Refusal(description: "no key has kid '\(kid)'")
