@@ -183,7 +183,7 @@ public final class Broker: Service, Sendable {
             sockets: LoopSockets(
                 router: router, xpub: xpub, wake: wakeSocket, monitor: monitor, zap: zap, xpubMonitor: xpubMonitor),
             logger: logger, mailbox: mailbox, heartbeat: loopHeartbeat, cluster: cluster)
-        presenceLog = eventLoop.presenceLog
+        presenceLog = eventLoop.store?.history?.log
         if eventLoop.clock.isManual {
             let signal = TestClockSignal(time: eventLoop.clock.now())
             eventLoop.clock.signal = signal
@@ -347,7 +347,9 @@ public final class Broker: Service, Sendable {
     /// The broker's state at a glance, read by the loop on its next round; `nil` if the loop does not answer
     /// within `timeout` (stalled, or stopped).
     public func status(timeout: Duration = .seconds(2)) async -> BrokerStatus? {
-        await ask(timeout: timeout) { $0.status() }
+        await ask(timeout: timeout) { loop in
+            BrokerStatus(machine: loop.machine, commands: loop.commands, updates: loop.updates, now: loop.clock.now())
+        }
     }
 
     /// A user's record and groups, read by the loop; `nil` if the loop does not answer within `timeout`.

@@ -30,7 +30,8 @@ public struct BrokerGateway: Sendable {
         mailbox.post { loop in
             // Closed meanwhile: nobody reads the answer. Else answered at once, or in its turn in the one fair queue.
             guard let id = outbox.connection, loop.webSockets.access(of: id) != nil else { return }
-            loop.take(.gateway(request), body: [], key: .webSocket(id), route: .webSocket(id))
+            loop.requests.take(
+                .gateway(request), body: [], key: .webSocket(id), route: .webSocket(id), answer: loop.answer)
         }
     }
 

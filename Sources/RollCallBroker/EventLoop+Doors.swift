@@ -18,20 +18,21 @@ extension EventLoop {
         let replays = webSockets.answer(
             request, from: id, limits: (configuration.maxReplyBytes, configuration.webSocket.maxSubscriptions),
             run: { counted($0, connection: id, access: $1) },
-            missed: { topics, after, epoch in
-                store?.missed(of: topics, after: after, logEpoch: epoch, core: &machine.core, now: clock.now())
+            missed: {
+                store?.missed(of: $0, after: $1, logEpoch: $2, core: &machine.core, now: clock.now())
                     ?? .failure(StoreSide.noResume)
-            }, core: { machine.published }, now: clock.now())
+            },
+            core: { machine.published }, now: clock.now())
         for topic in replays where updates.requestReplay(topic, monotonic: signals.beat.now) { replay(topic) }
     }
 
-    /// A WebSocket connection closed, or the loop closes it: its queued writes still count (a bye behind a large
-    /// read, as on the command endpoint), its reads and subscriptions go, and its sessions end by the close path.
-    /// `revoked`: the key that checked its token was taken away (SIGHUP): as for a CURVE key, its sessions end at once,
-    /// reason `revoked`, and it is closed with 4003 after what was already queued; its close then ends nothing more.
+    /// A WebSocket connection closed, or the loop closes it: its queued writes still count (a bye behind a large read),
+    /// its reads and subscriptions go, and its sessions end by the close path. `revoked`: the key that checked its
+    /// token was taken away: its sessions end at once, reason `revoked`, and it is closed with 4003 after what was
+    /// already queued; its close then ends nothing more.
     func closeGatewayConnection(_ id: ConnectionID, revoked: Bool = false) {
         guard webSockets.access(of: id) != nil else { return }
-        finishDeferredWork(.webSocket(id))
+        finishQueuedWrites(.webSocket(id))
         webSockets.remove(id, close: revoked ? (GatewayCloseCode.tokenRevoked, "token revoked") : nil)
         guard revoked else {
             let users = machine.connectionClosed(id, now: clock.now())

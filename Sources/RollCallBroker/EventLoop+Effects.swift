@@ -1,12 +1,6 @@
 import RollCallCore
 import RollCallWire
 
-/// The machine's effects being carried out, swapped with the machine's buffer so that both keep their capacity.
-struct EffectRun {
-    var carrying: [BrokerMachine.Effect] = []
-    var isCarrying = false
-}
-
 /// The loop's side of the machine: carrying out its effects, and publishing.
 extension EventLoop {
     /// Carries out the machine's effects in order, and those that carrying them out adds (a WebSocket subscriber

@@ -2,42 +2,20 @@ import RollCallCore
 import RollCallSecurity
 import RollCallWire
 
-/// Requests from either door, answered exactly once and in each connection's order.
-///
-/// Fairness between cheap and expensive requests: a page of a large group or a query of many users costs the loop up
-/// to a reply of `maxReplyBytes` to build, so the loop answers cheap requests as it reads them and puts expensive
-/// ones in one fair queue (Machine/FairQueue.swift) per connection, whose turns it takes one connection after the other
-/// for at most ``expensiveSlice`` per round. A connection that waits for an expensive answer has its later requests
-/// queued behind it. WebSocket reads wait in the same queue, so the bound holds whatever door the work came through
-/// (docs/reliability.md). A read of the log goes to the reader thread, its connection held until the reply.
+/// Requests from either door, answered exactly once and in each connection's order: cheap ones at once, expensive
+/// ones in their turn in the one fair queue (Shell/RequestQueue.swift); a read of the log goes to the reader thread,
+/// its connection held until the reply.
 extension EventLoop {
-    /// The most time one round spends on queued expensive requests before it reads the ROUTER again.
-    static let expensiveSlice: Duration = .milliseconds(5)
-    /// The request bytes the queues may hold; past it the loop stops reading the ROUTER until they drain, and
-    /// libzmq's receive high-water mark holds further requests back.
-    static let maxDeferredBytes = 8 * 1_048_576
-
-    /// Handles the requests waiting on the ROUTER, up to a batch; none are read while the queue holds too many bytes.
-    /// Connections found closed while naming a request's connection are closed before the request runs.
+    /// Handles the requests waiting on the ROUTER, up to a batch, none while the queue is full. Connections found
+    /// closed while naming a request's connection are closed before the request runs.
     func handleRequests() throws {
         for _ in 0..<Self.batch {
-            guard deferred.bytes < Self.maxDeferredBytes, let received = try commands.receive(now: clock.now())
-            else { return }
+            guard !requests.isFull, let received = try commands.receive(now: clock.now()) else { return }
             closeConnections()
             guard case .work(let work, let body, let envelope) = received else { continue }
             let key = FairnessKey.router(envelope.first ?? [])
-            take(work, body: body, key: key, route: .router(envelope: envelope))
+            requests.take(work, body: body, key: key, route: .router(envelope: envelope), answer: answer)
         }
-    }
-
-    /// Answers `work` at once, or queues it when it is expensive or its connection already waits.
-    func take(_ work: RequestWork, body: [UInt8], key: FairnessKey, route: ReplyRoute) {
-        guard work.isExpensive || deferred.isWaiting(key) else { return answer(work, route: route) }
-        let expensive = work.isExpensive
-        let queued = work.queued(body: body)
-        deferred.append(
-            DeferredWork(work: queued, route: route, expensive: expensive), for: key, expensive: expensive,
-            bytes: queued.bytes)
     }
 
     /// Runs a request (or takes its ready answer) and sends the reply where it goes.
@@ -89,13 +67,13 @@ extension EventLoop {
         closeConnections()
     }
 
-    /// Ends the sessions of the connections that closed, after their queued edits and bye (``finishDeferredWork``).
+    /// Ends the sessions of the connections that closed, after their queued edits and bye.
     private func closeConnections() {
         let (closed, disconnected) = commands.takeClosed()
         // libzmq frees a closed connection's pipes just after its event: the broker gives memory back soon after.
         if disconnected { schedule.connectionClosed(now: clock.now()) }
         for connection in closed {
-            if let routingID = connection.routingID { finishDeferredWork(.router(routingID)) }
+            if let routingID = connection.routingID { finishQueuedWrites(.router(routingID)) }
             let users = machine.connectionClosed(connection.id, now: clock.now())
             carryOutEffects()
             if users > 0 {
@@ -104,35 +82,16 @@ extension EventLoop {
         }
     }
 
-    /// Works through the queues, one expensive request (and the cheap ones queued behind it) per connection per
-    /// turn, until they are empty or the slice is used up.
-    func handleDeferredWork() {
-        let start = ContinuousClock.now
-        while let turn = deferred.nextTurn() {
-            for (index, item) in turn.items.enumerated() {
-                let outcome = takeTurn(item.work, route: item.route)
-                if outcome == .done { continue }
-                let rest = turn.items[(outcome == .reading ? index + 1 : index)...]
-                deferred.hold(turn.key, rest: rest.map { ($0, $0.expensive, $0.work.bytes) })
-                if outcome == .full { store?.park(turn.key) }
-                break
-            }
-            if ContinuousClock.now - start >= Self.expensiveSlice { return }
-        }
-    }
-
-    /// Runs the queued requests of a connection that closed, before its close is handled: a `bye` queued behind a
-    /// group read still counts as a bye, and a queued group edit still applies (docs/protocol.md §10.4). Queued reads
-    /// are dropped: nobody can read their replies.
-    func finishDeferredWork(_ key: FairnessKey) {
-        for item in deferred.removeAll(for: key) where item.work.decoded(limits: configuration.presence).isWrite {
+    /// Runs the queued writes of a connection that closed, before its close is handled (RequestQueue.removeAll).
+    func finishQueuedWrites(_ key: FairnessKey) {
+        for item in requests.removeAll(for: key, limits: configuration.presence) {
             answer(item.work, route: item.route)
         }
     }
 
     /// Runs a queued request in its turn: a read of the log goes to the reader thread, anything else is answered.
-    private func takeTurn(_ work: RequestWork, route: ReplyRoute) -> TurnOutcome {
-        let work = work.decoded(limits: configuration.presence)
+    func takeTurn(_ item: DeferredWork) -> TurnOutcome {
+        let (work, route) = (item.work.decoded(limits: configuration.presence), item.route)
         switch (work, route) {
         case (.request(let envelope, _, let userID, _), .router) where envelope.request.readsLog:
             return startRead(envelope, access: commands.access(userID: userID), route: route)
@@ -163,7 +122,7 @@ extension EventLoop {
                 read, rows in
                 mailbox.post { loop in
                     guard let store = loop.store else { return }
-                    for key in store.readFinished() + [route.key] { loop.deferred.release(key) }
+                    for key in store.readFinished() + [route.key] { loop.requests.release(key) }
                     reply(
                         store.reply(to: read, rows, published: loop.machine.published, now: loop.clock.now()), on: loop)
                 }

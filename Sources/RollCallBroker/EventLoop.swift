@@ -1,21 +1,17 @@
 import Logging
 import RollCallCore
-import RollCallStore
 import RollCallWire
 import Synchronization
 import ZeroMQ
 
-/// The one thread that owns the broker's sockets, and a shell around the broker's decisions: it polls the sockets with
-/// the next deadline as the timeout, hands what arrives to ``BrokerMachine``, and carries out the effects the machine
-/// returns. It never waits for a client or subscriber. Each endpoint keeps its own state (Shell/): the command endpoint
-/// its connections and keys, the update endpoint its pacing and subscriptions, the WebSocket side its connections'
-/// subscriptions, the store side the writer and the presence log.
+/// The one thread that owns the broker's sockets, a shell around the broker's decisions: it polls the sockets until
+/// the next deadline, hands what arrives to ``BrokerMachine``, and carries out the machine's effects; it never waits
+/// for a peer. Each endpoint keeps its own state and I/O in a part under Shell/ (docs/architecture.md).
 final class EventLoop {
     var telemetry: LoopTelemetry
     var clock: BrokerClock
-    /// The broker's decisions (Machine/BrokerMachine.swift); the loop feeds it and carries out its effects.
+    /// The broker's decisions (Machine/BrokerMachine.swift), and its effects being carried out.
     var machine: BrokerMachine
-    /// The machine's effects being carried out (EventLoop+Effects.swift).
     var effects = EffectRun()
     /// The heartbeat, store and trim timers (Machine/LoopSchedule.swift).
     var schedule: LoopSchedule
@@ -25,22 +21,19 @@ final class EventLoop {
     let webSockets: WebSocketSide
     /// The store and the presence log, unless the broker is ephemeral.
     let store: StoreSide?
-    /// Expensive requests waiting for their turn, per connection, from either door (EventLoop+Requests.swift).
-    var deferred = FairQueue<FairnessKey, DeferredWork>()
-    /// The node's side of a cluster, on a node of one: started and stopped with the loop; in between it reports to
-    /// the machine every round and takes its writes.
+    /// Expensive requests waiting for their turn, per connection, from either door.
+    let requests = RequestQueue()
+    /// A cluster node's link: started and stopped with the loop; it reports each round and takes the machine's writes.
     let cluster: ClusterLink?
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512
-    /// The longest wait for sockets: the loop finishes a round at least this often, so that health checks and
-    /// the gauges see it turn.
+    /// The longest wait for sockets: a round at least this often, so that health checks and the gauges see it turn.
     static let longestWait: Int64 = 1_000
 
     var configuration: BrokerConfiguration { machine.configuration }
     var logger: Logger { telemetry.logger }
     var metrics: BrokerMetrics { telemetry.metrics }
-    var presenceLog: PresenceLog? { store?.history?.log }
 
     /// A loop over `sockets` from `start`, the state loaded from the store (LoopStart.swift).
     init(
@@ -48,9 +41,10 @@ final class EventLoop {
         cluster: ClusterLink?
     ) {
         let configuration = start.machine.configuration
-        (machine, clock, store, self.cluster) = (start.machine, start.clock, start.store, cluster)
+        (machine, clock, schedule, store) = (start.machine, start.clock, start.schedule, start.store)
+        self.cluster = cluster
         telemetry = LoopTelemetry(logger: logger, metrics: BrokerMetrics())
-        signals = LoopSignals(wake: sockets.wake, mailbox: mailbox, beat: heartbeat)
+        signals = LoopSignals(sockets: sockets, mailbox: mailbox, beat: heartbeat)
         commands = CommandEndpoint(
             router: sockets.router, monitor: sockets.monitor, zap: sockets.zap, configuration: configuration,
             logger: logger, metrics: telemetry.metrics)
@@ -58,28 +52,17 @@ final class EventLoop {
             xpub: sockets.xpub, monitor: sockets.xpubMonitor, configuration: configuration, logger: logger,
             metrics: telemetry.metrics)
         webSockets = WebSocketSide(logger: logger, metrics: telemetry.metrics)
-        schedule = LoopSchedule(
-            heartbeatMilliseconds: configuration.brokerHeartbeatMilliseconds,
-            writeIntervalMilliseconds: configuration.writeIntervalMilliseconds, start: clock.now())
     }
 
-    /// The sockets, for the poller and the close.
-    private var sockets: LoopSockets {
-        LoopSockets(
-            router: commands.router, xpub: updates.xpub, wake: signals.wake, monitor: commands.monitor,
-            zap: commands.zap, xpubMonitor: updates.monitor)
-    }
-
-    /// Turns until `stopping` is set, then writes the last changes and closes the sockets. Throws if the loop
-    /// failed, or if the last changes could not be written (so that the process exits non-zero and a supervisor
-    /// sees the failure).
+    /// Turns until `stopping` is set, then writes the last changes and closes the sockets. Throws if the loop failed,
+    /// or if the last changes could not be written (so that a supervisor sees the failure).
     func run(stopping: borrowing Atomic<Bool>) throws {
         cluster?.node.start()
         defer {
             // Revokes the node's lease: its sessions end everywhere at once (node_lost). A read in flight is dropped.
             cluster?.node.stop()
             store?.stopReading()
-            sockets.close()
+            signals.sockets.close()
         }
         do {
             try turn(until: stopping)
@@ -94,12 +77,12 @@ final class EventLoop {
     }
 
     private func turn(until stopping: borrowing Atomic<Bool>) throws {
-        var poller = LoopSockets.ReadinessPoller(sockets)
+        var poller = LoopSockets.ReadinessPoller(signals.sockets)
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let ready = try poller.poll(timeout: pollTimeout())
             let started = ContinuousClock.now
             if ready.wake {
-                try signals.wake.drain()
+                try signals.sockets.wake.drain()
                 for job in signals.mailbox.take() { job(self) }
             }
             cluster?.report(to: &machine, now: clock.now())
@@ -112,11 +95,11 @@ final class EventLoop {
             // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
             // so a bye sent just before closing still counts as a bye.
             if ready.requests { try handleRequests() }
-            if !deferred.isEmpty { handleDeferredWork() }
+            if !requests.isEmpty { requests.takeTurns(takeTurn) { store?.park($0) } }
             if ready.connectionEvents { try handleConnectionEvents() }
             if ready.subscriptions { try handleSubscriptions() }
             fireDeadlines(now: clock.now())
-            if schedule.trimDue(now: clock.now(), busy: ready.requests || !deferred.isEmpty) {
+            if schedule.trimDue(now: clock.now(), busy: ready.requests || !requests.isEmpty) {
                 Allocator.giveBackFreeMemory()  // once connections closed (Allocator.swift)
             }
             if machine.core.recordsSessionEvents {
@@ -137,7 +120,7 @@ final class EventLoop {
     /// waits, so there only a due deadline shortens the wait. Coalesced replays wait on the monotonic clock.
     private func pollTimeout() -> Int {
         // Queued expensive requests continue at once, after a look at the sockets.
-        if !deferred.isEmpty { return 0 }
+        if !requests.isEmpty { return 0 }
         // XPUB never signals room to send: while updates wait for a full subscriber, retry every millisecond.
         if updates.isPacing { return 1 }
         let wait = max(0, schedule.nextDeadline(with: machine.nextDeadline) - clock.now())
@@ -167,16 +150,5 @@ final class EventLoop {
         }
         clock.move(to: target)
         fireDeadlines(now: target)
-    }
-
-    /// The log started over under `epoch` (the writer dropped transitions while the store could not write).
-    func adoptLog(epoch: String) {
-        store?.restartLog(epoch: epoch)
-        machine.logEpoch = epoch
-    }
-
-    /// The broker's state at a glance.
-    func status() -> BrokerStatus {
-        BrokerStatus(machine: machine, commands: commands, updates: updates, now: clock.now())
     }
 }

@@ -48,9 +48,29 @@ public final class BrokerProcess {
     public func residentBytes() -> Int { ProcessStats.residentBytes(pid: pid) }
 
     /// Stops the broker with SIGTERM and waits for it.
+    /// Stops the broker with SIGTERM and waits for it; one stopped by a test (SIGSTOP) is continued first, and one
+    /// that has not exited within 10 s is killed, so that a failing test's clean-up never hangs.
     public func stop() {
+        guard process.isRunning else { return }
+        Foundation.kill(pid, SIGCONT)
         process.terminate()
-        process.waitUntilExit()
+        let deadline = ContinuousClock.now + .seconds(10)
+        while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
+        kill()
+    }
+
+    /// Stops the broker's process with SIGSTOP and returns once the kernel has stopped it (state `T` in
+    /// `/proc/<pid>/stat`): a request sent afterwards waits in its socket. Throws after 5 s.
+    public func freeze() throws {
+        Foundation.kill(pid, SIGSTOP)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline {
+            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            // The state follows the command name in parentheses, which may itself hold spaces or parentheses.
+            if let close = stat.lastIndex(of: ")"), stat[close...].dropFirst(2).first == "T" { return }
+            usleep(1_000)
+        }
+        throw BrokerProcessError.notFrozen(pid: pid)
     }
 
     /// Kills the broker with SIGKILL (no shutdown of any kind, as when its host dies) and waits for it.
@@ -90,4 +110,15 @@ public enum ProcessStats {
 public struct SupportError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
+}
+
+/// Why a broker process did not do what a test asked of it.
+public enum BrokerProcessError: Error, CustomStringConvertible {
+    case notFrozen(pid: Int32)
+
+    public var description: String {
+        switch self {
+        case .notFrozen(let pid): "broker process \(pid) not stopped within 5 s of SIGSTOP"
+        }
+    }
 }

@@ -316,7 +316,7 @@ extension Integration {
             let granted = try pipeline.call(.hello(hello(bob)))
             guard let session = granted["session"]?.string else { throw TestFailure("no session: \(granted)") }
             try log.wait(for: "bob online") { $0.status == .online }
-            kill(cluster.nodes[0].pid, SIGSTOP)
+            try cluster.nodes[0].freeze()
             // The bye waits in the frozen node's socket; the node reads it when it runs again, with its lease gone.
             try pipeline.send(Codec.encodeRequest(.bye(session: SessionID(session))))
             try log.wait(for: "bob lost with his node", timeout: 10_000) { $0.reason == .nodeLost }

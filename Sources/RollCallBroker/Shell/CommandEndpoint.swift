@@ -15,9 +15,9 @@ import ZeroMQ
 /// authorized against the key's role in the table as it is at that moment, so that a reload takes effect on a
 /// connection's next message.
 final class CommandEndpoint {
-    let router: Socket
-    let monitor: Socket
-    let zap: Socket?
+    private let router: Socket
+    private let monitor: Socket
+    private let zap: Socket?
     private let logger: Logger
     private let metrics: BrokerMetrics
     private let maxConnections: Int

@@ -7,6 +7,8 @@ import RollCallStore
 struct LoopStart {
     var machine: BrokerMachine
     var clock: BrokerClock
+    /// The heartbeat, store and trim timers, from the clock's start.
+    var schedule: LoopSchedule
     var store: StoreSide?
 
     /// Loads the state; throws if the store or the contacts file cannot be read. `mailbox` wakes the loop for the
@@ -27,7 +29,14 @@ struct LoopStart {
                 keepsLog: configuration.historyRetentionMilliseconds > 0 && inCluster == nil, logger: logger,
                 clock: { BrokerClock(floor: $0, manual: configuration.testMode) }, wakeLoop: { mailbox.wake() },
                 logCommitted: logCommitted,
-                logRestarted: { epoch in mailbox.post { loop in loop.adoptLog(epoch: epoch) } })
+                logRestarted: { epoch in
+                    // The writer dropped transitions while the store could not write: the log started over, and
+                    // cursors of the old epoch are refused from now on.
+                    mailbox.post { loop in
+                        loop.store?.restartLog(epoch: epoch)
+                        loop.machine.logEpoch = epoch
+                    }
+                })
         } else {
             clock = BrokerClock(manual: configuration.testMode)
             core.tracksChanges = false  // nothing will take them
@@ -41,13 +50,22 @@ struct LoopStart {
         if let contacts {
             // After the kept state: the file wins for the users it lists. Nobody is subscribed yet, so the views
             // it changes reach no one.
+            let started = ContinuousClock.now
             if case .failure(let refusal) = machine.loadContacts(contacts.lists, now: clock.now()) {
                 throw BrokerError.contactsFile(
                     ContactsFileError(path: contacts.path, line: nil, reason: refusal.message))
             }
             machine.effects.removeAll()
-            logger.info("contacts file loaded", metadata: ["file": "\(contacts.path)"])
+            logger.info(
+                "contacts file loaded",
+                metadata: [
+                    "file": "\(contacts.path)", "users": "\(contacts.lists.count)",
+                    "ms": "\((ContinuousClock.now - started).wholeMilliseconds)",
+                ])
         }
-        return LoopStart(machine: machine, clock: clock, store: side)
+        let schedule = LoopSchedule(
+            heartbeatMilliseconds: configuration.brokerHeartbeatMilliseconds,
+            writeIntervalMilliseconds: configuration.writeIntervalMilliseconds, start: clock.now())
+        return LoopStart(machine: machine, clock: clock, schedule: schedule, store: side)
     }
 }

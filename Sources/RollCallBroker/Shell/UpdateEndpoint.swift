@@ -19,9 +19,9 @@ import ZeroMQ
 /// libzmq applies it to the connection that sent the last one read (libzmq#1568), as far as
 /// ``ManualSubscriptionGate`` finds it safe.
 final class UpdateEndpoint {
-    let xpub: Socket
+    private let xpub: Socket
     /// With CURVE: the XPUB's accepted, handshake and disconnect events.
-    let monitor: Socket?
+    private let monitor: Socket?
     private let logger: Logger
     private let metrics: BrokerMetrics
     private let queueBytes: Int

@@ -1,10 +1,11 @@
 import Logging
 import ZeroMQ
 
-/// How other threads reach the event loop: the socket that wakes it, the mailbox of jobs they post (LoopMailbox.swift),
+/// What wakes the event loop and what it tells: the sockets it polls (each endpoint uses its own; the loop polls and
+/// closes them all), among them the one other threads wake it with, the mailbox of jobs they post (LoopMailbox.swift),
 /// and the heartbeat the loop beats every round, which health checks read (LoopHeartbeat.swift).
 struct LoopSignals {
-    let wake: Socket
+    let sockets: LoopSockets
     let mailbox: LoopMailbox
     let beat: LoopHeartbeat
 }
@@ -24,4 +25,11 @@ struct LoopTelemetry {
         }
         metrics.loopIteration.record(duration: ContinuousClock.now - started)
     }
+}
+
+/// The machine's effects being carried out (EventLoop+Effects.swift), swapped with the machine's buffer so that both
+/// keep their capacity.
+struct EffectRun {
+    var carrying: [BrokerMachine.Effect] = []
+    var isCarrying = false
 }
