@@ -192,6 +192,8 @@ let package = Package(
             dependencies: [
                 "RollCallClient", "RollCallCore", "RollCallSecurity", "RollCallStore", "RollCallTestSupport",
                 "RollCallWire", "ZeroMQ",
+                // HMAC-SHA256 for the privacy scenario's `user` tokens (HS256).
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

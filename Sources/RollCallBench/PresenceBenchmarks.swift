@@ -21,9 +21,10 @@ public struct PresenceBenchmarks {
     }
 
     /// A `rollcall serve` child process with the scenario's arguments and ``brokerArguments``.
-    func broker(_ arguments: [String]) throws -> BrokerProcess {
+    func broker(_ arguments: [String], startTimeout: Double = 10) throws -> BrokerProcess {
         try BrokerProcess(
-            executable: executable, arguments: arguments + brokerArguments + (curve?.brokerArguments ?? []))
+            executable: executable, arguments: arguments + brokerArguments + (curve?.brokerArguments ?? []),
+            startTimeout: startTimeout)
     }
 
     /// Opens `count` sessions (TTL one hour unless given) and returns their ids, pipelined over one connection.

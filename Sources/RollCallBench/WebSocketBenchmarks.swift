@@ -10,14 +10,17 @@ import ZeroMQ
 /// `--ws-endpoint` on loopback and no tokens. The clients are plain blocking sockets speaking just enough of RFC 6455,
 /// so that what is measured is the broker, not a client library.
 extension PresenceBenchmarks {
-    /// A broker with a WebSocket endpoint on a free loopback port; its port.
-    func webSocketBroker(_ arguments: [String] = []) throws -> (BrokerProcess, Int) {
+    /// A broker with a WebSocket endpoint on a free loopback port; its port. With `--jwt-key-file` among the
+    /// arguments, `token` is one the key signed, for the probe that waits until the endpoint accepts.
+    func webSocketBroker(_ arguments: [String] = [], startTimeout: Double = 10, token: String? = nil) throws -> (
+        BrokerProcess, Int
+    ) {
         let port = try freePort()
-        let broker = try broker(["--ws-endpoint", "127.0.0.1:\(port)"] + arguments)
+        let broker = try broker(["--ws-endpoint", "127.0.0.1:\(port)"] + arguments, startTimeout: startTimeout)
         // The WebSocket server starts beside the loop: wait until it accepts.
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
-            if let probe = try? BenchWebSocket(port: port) {
+            if let probe = try? BenchWebSocket(port: port, token: token) {
                 probe.close()
                 return (broker, port)
             }
@@ -144,6 +147,25 @@ extension PresenceBenchmarks {
         Thread.sleep(forTimeInterval: 0.3)
         for ws in sockets { _ = try ws.receive(count: 1_000, timeout: 0) }
         log("websocket fan-out: \(changes) changes to \(count) subscribers")
+        let (perDelivery, toAll, missed) = try fanOut(sockets, pipeline: pipeline, session: session, changes: changes)
+        for ws in sockets { ws.close() }
+        var figures = perDelivery.figures()
+        figures.merge(toAll.figures(prefix: "all_"), uniquingKeysWith: { $1 })
+        figures["missed"] = Double(missed)
+        return BenchRow(
+            id: "W3.fanout-\(count)",
+            scenario: "one change → \(n(Double(count))) WebSocket subscribers of the same user (\(changes) changes)",
+            figures: figures,
+            summary: "per delivery \(perDelivery.summary); to the last subscriber p50 "
+                + "**\(f(toAll.milliseconds(at: 50), 2)) ms**, max \(f(toAll.maxMilliseconds, 2)) ms; \(missed) missed",
+            histogram: perDelivery.distribution)
+    }
+
+    /// `changes` timed changes of `session`'s user, one at a time, each awaited on every socket (5 s at most): the
+    /// time to each delivery, the time to the last socket, and the deliveries that never came.
+    func fanOut(_ sockets: [BenchWebSocket], pipeline: RequestPipeline, session: String, changes: Int) throws -> (
+        perDelivery: LatencyHistogram, toAll: LatencyHistogram, missed: Int
+    ) {
         var perDelivery = LatencyHistogram()
         var toAll = LatencyHistogram()
         var missed = 0
@@ -151,7 +173,7 @@ extension PresenceBenchmarks {
         for _ in 0..<changes {
             let stamp = monotonicNanoseconds()
             try pipeline.send(Self.timedChange(session, stamp: stamp))
-            var pending = Set(0..<count)
+            var pending = Set(0..<sockets.count)
             var last = stamp
             let limit = ContinuousClock.now + .seconds(5)
             let needle = Array("b\(stamp)".utf8)
@@ -171,20 +193,10 @@ extension PresenceBenchmarks {
             try pipeline.drain()
             Thread.sleep(forTimeInterval: 0.05)
         }
-        for ws in sockets { ws.close() }
-        var figures = perDelivery.figures()
-        figures.merge(toAll.figures(prefix: "all_"), uniquingKeysWith: { $1 })
-        figures["missed"] = Double(missed)
-        return BenchRow(
-            id: "W3.fanout-\(count)",
-            scenario: "one change → \(n(Double(count))) WebSocket subscribers of the same user (\(changes) changes)",
-            figures: figures,
-            summary: "per delivery \(perDelivery.summary); to the last subscriber p50 "
-                + "**\(f(toAll.milliseconds(at: 50), 2)) ms**, max \(f(toAll.maxMilliseconds, 2)) ms; \(missed) missed",
-            histogram: perDelivery.distribution)
+        return (perDelivery, toAll, missed)
     }
 
-    private func freePort() throws -> Int {
+    func freePort() throws -> Int {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { Glibc.close(descriptor) }
         var address = sockaddr_in()
@@ -206,13 +218,15 @@ final class BenchWebSocket {
     let descriptor: Int32
     private var buffer: [UInt8] = []
 
-    init(port: Int) throws {
+    /// Upgrades at `/v1/ws`, with `?token=` when a token is given (a broker with `--jwt-key-file`).
+    init(port: Int, token: String? = nil) throws {
         descriptor = try connectLoopback(port: port)
         var one: Int32 = 1
         setsockopt(descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let target = "/v1/ws" + (token.map { "?token=\($0)" } ?? "")
         try write(
             Array(
-                ("GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                ("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                     + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
         // The 101 head, up to its blank line.
         let deadline = ContinuousClock.now + .seconds(5)

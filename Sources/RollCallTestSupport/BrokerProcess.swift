@@ -5,10 +5,13 @@ public final class BrokerProcess {
     public let pid: Int32
     public let command: String
     public let update: String
+    /// What the broker logged up to `broker started`, such as `contacts file read` with its `ms`.
+    public let startLog: String
     private let process: Process
 
-    /// Starts `executable serve` with `arguments` added; returns once the broker logged its endpoints.
-    public init(executable: String, arguments: [String]) throws {
+    /// Starts `executable serve` with `arguments` added; returns once the broker logged its endpoints, waiting at
+    /// most `startTimeout` seconds (a large `--contacts-file` is loaded before the broker starts).
+    public init(executable: String, arguments: [String], startTimeout: Double = 10) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments =
@@ -23,7 +26,7 @@ public final class BrokerProcess {
         pid = process.processIdentifier
         // Read the start-up line, then let the rest of the log drain into nothing.
         var log = ""
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(startTimeout)
         while !log.contains("broker started"), Date() < deadline {
             let data = stderr.fileHandleForReading.availableData
             if data.isEmpty { break }
@@ -37,6 +40,7 @@ public final class BrokerProcess {
             }
             return String(log[range].dropFirst(key.count + 1))
         }
+        startLog = log
         command = try endpoint("command")
         update = try endpoint("update")
     }

@@ -45,8 +45,10 @@ struct AllBench: AsyncParsableCommand {
             --only picks scenarios: codec, latency, throughput, sessions, fanout, crash, expiry, curve (latency \
             and throughput with and without CURVE, one after the other, with their ratios), and history (the \
             presence log on and off, alternating; history reads over 90 days; disk per transition), webhooks (transition \
-            to webhook latency at 100 and 5,000 changes/s, delivered events/s). --curve runs \
-            every scenario over CURVE.
+            to webhook latency at 100 and 5,000 changes/s, delivered events/s), privacy (not in the default set: \
+            a contacts file of --privacy-users × --privacy-contacts edges, memory per edge and load time, then a \
+            `visibility: contacts` user's change to --privacy-viewers of its contacts watching over WebSocket with \
+            `user` tokens). --curve runs every scenario over CURVE.
             """)
 
     @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
@@ -59,6 +61,11 @@ struct AllBench: AsyncParsableCommand {
     var brokerArg: [String] = []
     @Flag(help: "Run every scenario's broker and clients with CURVE (generated keys, one operator key).")
     var curve = false
+    @Option(help: "privacy: users in the generated contacts file.") var privacyUsers = 100_000
+    @Option(help: "privacy: contacts of each user in the file.") var privacyContacts = 200
+    @Option(help: "privacy: contacts that watch the `visibility: contacts` user (at most --privacy-contacts).")
+    var privacyViewers = 200
+    @Option(help: "privacy: status changes timed to every viewer.") var privacyChanges = 200
 
     func run() async throws {
         let executable = brokerExecutable()
@@ -169,6 +176,15 @@ struct AllBench: AsyncParsableCommand {
                             phones: smoke ? 100 : 10_000, pingMilliseconds: ping, processes: smoke ? 1 : 2,
                             seconds: smoke ? 1.5 : max(20, Double(3 * ping) / 1_000)))
                 }
+            }
+            if wanted.contains("privacy") {
+                let sizes =
+                    smoke
+                    ? PresenceBenchmarks.PrivacySizes(users: 500, contacts: 20, viewers: 20, changes: 10)
+                    : .init(
+                        users: privacyUsers, contacts: privacyContacts, viewers: privacyViewers,
+                        changes: privacyChanges)
+                for row in try bench.privacy(sizes) { add(row) }
             }
             if wanted.contains("expiry") {
                 add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))
