@@ -192,6 +192,9 @@ public struct JSONParser {
     }
 
     private func utf8String(_ raw: UnsafeRawBufferPointer, at offset: Int) throws(JSONError) -> String {
+        // Nearly every string of the protocol (ops, users, sessions, statuses) is ASCII, which is valid UTF-8 as it is:
+        // it is copied without `String(validating:)`, whose generic path cost about 1.5 % of the broker's time.
+        if raw.allSatisfy({ $0 < 0x80 }) { return String(decoding: raw, as: UTF8.self) }
         guard let string = String(validating: raw, as: UTF8.self) else {
             throw JSONError(message: "invalid UTF-8 in a string", offset: offset)
         }

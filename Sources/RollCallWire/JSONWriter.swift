@@ -68,7 +68,20 @@ public struct JSONWriter {
 
     public mutating func integer<T: BinaryInteger>(_ value: T) {
         separate()
-        bytes.append(contentsOf: String(value).utf8)
+        if let value = Int64(exactly: value) {
+            // Every seq, time and count fits: its digits go straight into the buffer, with no String made for them
+            // (a record has three such numbers, and `String(_:)` was 1 % of the broker's time under load).
+            if value < 0 { bytes.append(UInt8(ascii: "-")) }
+            var rest = value.magnitude
+            let start = bytes.count
+            repeat {
+                bytes.append(UInt8(ascii: "0") + UInt8(rest % 10))
+                rest /= 10
+            } while rest > 0
+            bytes[start...].reverse()
+        } else {
+            bytes.append(contentsOf: String(value).utf8)
+        }
         needsComma = true
     }
 

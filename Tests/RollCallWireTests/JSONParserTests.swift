@@ -53,6 +53,33 @@ struct JSONParserTests {
     }
 
     /// Keys are compared by bytes: the same letter in two Unicode forms is two keys, not a duplicate.
+    /// Integers are written digit by digit, as `String(_:)` writes them, across the whole range of every type the
+    /// protocol writes, and past `Int64` by the fallback.
+    @Test(arguments: [
+        "0", "7", "-1", "10", "-10", "1795771033894006", "9223372036854775807", "-9223372036854775808",
+        "18446744073709551615",
+    ])
+    func integersAreWrittenAsTheirDigits(_ text: String) throws {
+        var writer = JSONWriter()
+        writer.beginArray()
+        if let signed = Int64(text) { writer.integer(signed) } else { writer.integer(UInt64(text)!) }
+        writer.integer(Int32(-5))
+        writer.endArray()
+        #expect(String(decoding: writer.bytes, as: UTF8.self) == "[\(text),-5]")
+    }
+
+    /// A string of ASCII bytes and one of other UTF-8 come out as they went in; one invalid byte anywhere is refused,
+    /// also after an ASCII prefix.
+    @Test func stringsOnBothPathsRoundTrip() throws {
+        for text in ["alice", "Zoë", "a\u{7f}b", String(repeating: "x", count: 300) + "✓"] {
+            var writer = JSONWriter()
+            writer.string(text)
+            #expect(try JSONParser.parse(writer.bytes) == .string(text))
+        }
+        #expect(throws: JSONError.self) { try JSONParser.parse(Array("\"abc".utf8) + [0xC3] + Array("\"".utf8)) }
+        #expect(throws: JSONError.self) { try JSONParser.parse(Array("\"abc".utf8) + [0xFF] + Array("\"".utf8)) }
+    }
+
     @Test func keysInTwoUnicodeFormsAreDistinct() throws {
         let json = try JSONParser.parse(#"{"\#u{E9}": 1, "e\#u{301}": 2}"#)
         guard case .object(let members) = json else {
