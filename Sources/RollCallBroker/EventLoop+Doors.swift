@@ -27,13 +27,13 @@ extension EventLoop {
     }
 
     /// A WebSocket connection closed, or the loop closes it: its queued writes still count (a bye behind a large read),
-    /// its reads and subscriptions go, and its sessions end by the close path. `revoked`: the key that checked its
-    /// token was taken away: its sessions end at once, reason `revoked`, and it is closed with 4003 after what was
-    /// already queued; its close then ends nothing more.
+    /// its reads and subscriptions go, its sessions end by the close path. `revoked` (its token's key went): closed
+    /// first with 4003, so nothing reaches it any more, not even its writes' replies; its sessions end now, `revoked`.
     func closeGatewayConnection(_ id: ConnectionID, revoked: Bool = false) {
         guard webSockets.access(of: id) != nil else { return }
+        if revoked { webSockets.close(id, code: GatewayCloseCode.tokenRevoked, reason: "token revoked") }
         finishQueuedWrites(.webSocket(id))
-        webSockets.remove(id, close: revoked ? (GatewayCloseCode.tokenRevoked, "token revoked") : nil)
+        webSockets.remove(id)
         guard revoked else {
             let users = machine.connectionClosed(id, now: clock.now())
             carryOutEffects()

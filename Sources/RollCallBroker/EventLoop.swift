@@ -92,8 +92,7 @@ final class EventLoop {
             if ready.handshakes { try commands.answerHandshakes(batch: Self.batch, now: clock.now()) }
             // A subscriber left: what waits in the XPUB is read at once and refused, so that the gate is safe again.
             if ready.subscriberDisconnects, try updates.noteDisconnects() { try handleSubscriptions() }
-            // Requests before connection events: a connection's last requests are queued before its DISCONNECTED,
-            // so a bye sent just before closing still counts as a bye.
+            // Requests before connection events (queued before its DISCONNECTED): a bye just before a close is a bye.
             if ready.requests { try handleRequests() }
             if !requests.isEmpty { requests.takeTurns(takeTurn) { store?.park($0) } }
             if ready.connectionEvents { try handleConnectionEvents() }

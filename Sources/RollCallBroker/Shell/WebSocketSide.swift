@@ -49,14 +49,12 @@ final class WebSocketSide {
     /// The connection's request is answered: the door may hand it the next.
     func requestDone(_ id: ConnectionID) { table.peers[id]?.outbox.requestDone() }
 
-    /// Forgets a connection and its subscriptions; whether it was open. With `close`, it is closed with that code
-    /// after what was already queued.
-    @discardableResult
-    func remove(_ id: ConnectionID, close: (code: UInt16, reason: String)? = nil) -> Bool {
-        guard let peer = table.peers[id] else { return false }
-        if let close { peer.outbox.close(code: close.code, reason: close.reason) }
-        table.remove(id)
-        return true
+    /// Forgets a connection and its subscriptions.
+    func remove(_ id: ConnectionID) { table.remove(id) }
+
+    /// Closes a connection with `code` after what its queue already holds: nothing pushed later reaches it.
+    func close(_ id: ConnectionID, code: UInt16, reason: String) {
+        table.peers[id]?.outbox.close(code: code, reason: reason)
     }
 
     /// The connections closed for being too slow since the last call.
