@@ -19,7 +19,7 @@ extension EventLoop {
             request, from: id, limits: (configuration.maxReplyBytes, configuration.webSocket.maxSubscriptions),
             run: { counted($0, connection: id, access: $1) },
             missed: {
-                store?.missed(of: $0, after: $1, logEpoch: $2, core: &machine.core, now: clock.now())
+                store?.missed(of: $0, after: $1, logEpoch: $2, machine: &machine, now: clock.now())
                     ?? .failure(StoreSide.noResume)
             },
             core: { machine.published }, now: clock.now())

@@ -5,15 +5,18 @@ import RollCallWire
 extension EventLoop {
     /// Carries out the machine's effects in order, and those that carrying them out adds (a WebSocket subscriber
     /// too slow for a publication is dropped at the start of the next round, not in the middle of this one).
+    /// Publications wait until the presence log holds what they show (Machine/PublicationHold.swift).
     func carryOutEffects() {
-        guard !effects.isCarrying, !machine.effects.isEmpty else { return }  // the outer call takes what is added
+        guard !effects.isCarrying else { return }  // the outer call takes what is added
+        let logged = store?.logged ?? .max
+        let monotonic = machine.hold == nil ? 0 : signals.beat.now
+        guard machine.hasEffects(logged: logged, monotonic: monotonic) else { return }
         effects.isCarrying = true
         defer { effects.isCarrying = false }
         // Consecutive group messages come from one output of a core and show the same records: each record is
         // encoded once for all of them.
         var recordCache: [UserID: [UInt8]] = [:]
-        while !machine.effects.isEmpty {
-            swap(&effects.carrying, &machine.effects)
+        while machine.takeEffects(into: &effects.carrying, logged: logged, monotonic: monotonic) {
             for effect in effects.carrying {
                 if case .publishGroup = effect {} else if !recordCache.isEmpty { recordCache.removeAll() }
                 switch effect {

@@ -50,7 +50,12 @@ extension EventLoop {
         case .advanceClock(let milliseconds):
             // Connections that closed before this request are closed before the clock moves, as on a real clock.
             try? handleConnectionEvents()
+            // What waits for the log goes out before the clock moves (it is not late: the clock jumped), and what the
+            // advance publishes before the reply, as the protocol says.
+            store?.waitForLog(core: &machine.core, now: clock.now(), timeout: .seconds(5))
+            carryOutEffects()
             advance(to: clock.now() + milliseconds)
+            store?.waitForLog(core: &machine.core, now: clock.now(), timeout: .seconds(5))
             result = .success(.advanced(time: clock.now()))
         }
         carryOutEffects()
@@ -118,7 +123,9 @@ extension EventLoop {
         if let refusal = Authorization.refusal(of: request, by: access, owner: { _ in nil }) {
             started = .answered(.failure(refusal))
         } else if let store {
-            started = store.startRead(request, viewer: access.viewer, machine: &machine, now: clock.now()) {
+            started = store.startRead(
+                request, key: route.key, viewer: access.viewer, machine: &machine, now: clock.now()
+            ) {
                 read, rows in
                 mailbox.post { loop in
                     guard let store = loop.store else { return }
@@ -132,6 +139,7 @@ extension EventLoop {
         case .answered(let result): reply(result, on: self)
         case .reading: return .reading
         case .full: return .full
+        case .waitsForLog: return .waitsForLog
         }
         return .done
     }

@@ -72,6 +72,7 @@ final class EventLoop {
         }
         // The final write comes before the last log line: a log that cannot be written must not lose it.
         let written = store?.finish(from: &machine.core, now: clock.now()) ?? true
+        releaseHeldPublications()  // in the log now, or never: they go out before the sockets close
         logger.info("event loop stopped", metadata: ["sessions": "\(machine.core.sessionCount)"])
         guard written else { throw BrokerError.finalWriteFailed }
     }
@@ -105,6 +106,13 @@ final class EventLoop {
                 machine.noteSessionEvents(now: clock.now())
                 carryOutEffects()
             }
+            if let store, machine.hold != nil {
+                // Held publications go out once the writer has committed them; it wakes the loop after each commit
+                // while they wait. What it committed before it could see that is taken now.
+                store.wakeLoopAfterCommits(machine.hold?.isHolding == true)
+                carryOutEffects()
+                for key in store.readersCaughtUp(visible: machine.visibleLogOffset) { requests.release(key) }
+            }
             signals.beat.beat()
             telemetry.roundEnded(started: started, monotonic: signals.beat.now) {
                 $0.update(
@@ -116,7 +124,8 @@ final class EventLoop {
 
     /// How long to wait for sockets: until the next deadline (the machine's, the heartbeat's, the next store write's,
     /// on the broker's clock), at most ``longestWait``. A manual clock (test mode) does not move while the loop
-    /// waits, so there only a due deadline shortens the wait. Coalesced replays wait on the monotonic clock.
+    /// waits, so there only a due deadline shortens the wait. Coalesced replays, and publications' longest wait for the
+    /// log, go by the monotonic clock.
     private func pollTimeout() -> Int {
         // Queued expensive requests continue at once, after a look at the sockets.
         if !requests.isEmpty { return 0 }
@@ -125,6 +134,7 @@ final class EventLoop {
         let wait = max(0, schedule.nextDeadline(with: machine.nextDeadline) - clock.now())
         var timeout = clock.isManual && wait > 0 ? Self.longestWait : min(wait, Self.longestWait)
         if let due = updates.nextReplayDue { timeout = min(timeout, max(0, due - signals.beat.now)) }
+        if let due = machine.hold?.nextDeadline { timeout = min(timeout, max(0, due - signals.beat.now)) }
         return Int(timeout)
     }
 
@@ -137,6 +147,16 @@ final class EventLoop {
         for topic in updates.takeDueReplays(monotonic: signals.beat.now) { replay(topic) }
         if schedule.heartbeatDue(now: now) { publish(Topic.broker.bytes, .heartbeat) }
         store?.write(from: &machine.core, now: now) { schedule.writeDue(now: now, hasChanges: $0) }
+    }
+
+    /// Carries out every publication that waits for the presence log, whatever the log holds.
+    func releaseHeldPublications() {
+        guard var hold = machine.hold, hold.isHolding else { return }
+        var held: [BrokerMachine.Effect] = []
+        hold.releaseAll(into: &held)
+        machine.hold = nil
+        machine.effects = held + machine.effects
+        carryOutEffects()
     }
 
     /// Test mode: moves the manual clock to `target`, stopping at each of the core's deadlines on the way so that

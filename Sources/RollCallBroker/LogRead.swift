@@ -33,9 +33,10 @@ struct LoopHistory {
         while let first = unwritten.first, first.offset <= committed { unwritten.removeFirst() }
     }
 
-    /// The transitions not in the file as of `committed` that `include` keeps, oldest first.
-    func pending(above committed: UInt64, where include: (LogEntry) -> Bool) -> [LogEntry] {
-        unwritten.filter { $0.offset > committed && include($0) }
+    /// The transitions not in the file as of `committed`, up to `visible` (PublicationHold.swift), that `include`
+    /// keeps, oldest first.
+    func pending(above committed: UInt64, through visible: UInt64, where include: (LogEntry) -> Bool) -> [LogEntry] {
+        unwritten.filter { $0.offset > committed && $0.offset <= visible && include($0) }
     }
 }
 
@@ -83,7 +84,8 @@ struct LogRead: Sendable {
     }
 
     /// Prepares `request` (a `history`, `events` or `query` with `at`) with what the loop holds now, or refuses it
-    /// (a cursor of another epoch or ahead of the log, `at` ahead of the clock).
+    /// (a cursor of another epoch or ahead of the log, `at` ahead of the clock). `logOffset` is the latest offset that
+    /// is out (``BrokerMachine/visibleLogOffset``), `committed` the file's, at most that: the read shows no further.
     static func prepare(
         _ request: Request, history: LoopHistory, committed: UInt64, logOffset: UInt64, now: BrokerTime,
         viewer: UserID?, core: PresenceCore
@@ -100,15 +102,15 @@ struct LogRead: Sendable {
                 return .failure(refusal)
             }
             // Older entries come first from the file: only the first `limit` of these can make the page.
-            let pending = history.pending(above: max(after, committed)) { _ in true }.prefix(limit)
+            let pending = history.pending(above: max(after, committed), through: logOffset) { _ in true }.prefix(limit)
             return .success(read(.events(after: after, limit: limit), Array(pending), nil, nil))
         case .history(let query):
-            let pending = history.pending(above: max(query.after ?? 0, committed)) { entry in
+            let pending = history.pending(above: max(query.after ?? 0, committed), through: logOffset) { entry in
                 entry.record.user == query.user && within(query)(entry)
             }
             var lastSeen: (offset: UInt64, entry: LogEntry?)?
             if let viewer, let offset = core.lostSight(of: query.user, by: viewer, now: now), offset > 0 {
-                let unwritten = history.pending(above: committed) {
+                let unwritten = history.pending(above: committed, through: logOffset) {
                     $0.offset == offset && $0.record.user == query.user
                 }
                 lastSeen = offset > committed ? (0, unwritten.first) : (offset, nil)
@@ -121,7 +123,9 @@ struct LogRead: Sendable {
             }
             var seen = Set<UserID>()
             let distinct = users.filter { seen.insert($0).inserted }
-            let pending = history.pending(above: committed) { $0.time <= at && seen.contains($0.record.user) }
+            let pending = history.pending(above: committed, through: logOffset) {
+                $0.time <= at && seen.contains($0.record.user)
+            }
             return .success(read(.at(users: distinct, at: at), pending, nil, nil))
         default:
             return .failure(PresenceError(.badRequest, "\(request.op) does not read the presence log"))
@@ -170,7 +174,7 @@ struct LogRead: Sendable {
         var missed: [LogEntry]
         if topics.contains(.allPresence) {
             missed = try history.log.events(after: after, limit: cap + 1).filter { $0.offset <= committed }
-            missed += history.pending(above: max(after, committed)) { _ in true }
+            missed += history.pending(above: max(after, committed), through: logOffset) { _ in true }
         } else {
             var users = Set<UserID>()
             for case .presence(let user) in topics { users.insert(user) }
@@ -179,7 +183,9 @@ struct LogRead: Sendable {
                 missed += try history.log.history(of: user, from: nil, to: nil, after: after, limit: cap + 1)
                     .filter { $0.offset <= committed }
             }
-            missed += history.pending(above: max(after, committed)) { users.contains($0.record.user) }
+            missed += history.pending(above: max(after, committed), through: logOffset) {
+                users.contains($0.record.user)
+            }
             missed.sort { $0.offset < $1.offset }
         }
         guard missed.count <= cap else {

@@ -36,6 +36,13 @@ final class StoreWriter: Sendable {
     private let logCommitted: @Sendable (UInt64) -> Void
     /// Told the new epoch after the log started over (transitions were dropped while the store could not write).
     private let logRestarted: @Sendable (String) -> Void
+    /// Whether the last write failed (the next is retried): publications do not wait for the log meanwhile.
+    private let failing = Atomic<Bool>(false)
+    /// Whether the loop holds publications for the log, and wants a wake after each commit or failure.
+    private let loopWaits = Atomic<Bool>(false)
+    /// Whether the loop blocks in ``waitForCommit(through:timeout:)``, and `commitDone` is signalled after each write.
+    private let loopBlocks = Atomic<Bool>(false)
+    private let commitDone = DispatchSemaphore(value: 0)
 
     /// The most transitions kept for the log while the store cannot write (about 200 bytes each): past it the oldest
     /// are dropped, and once writes work again the log starts over under a new epoch, so that no reader continues
@@ -43,8 +50,10 @@ final class StoreWriter: Sendable {
     static let defaultMaxUnwrittenLog = 1_000_000
     let maxUnwrittenLog: Int
 
-    /// The least time between two writes' starts (the presence log's commits, docs/history.md).
-    static let writeSpacing: Duration = .milliseconds(5)
+    /// The least time between two writes' starts (the presence log's commits, docs/history.md): publications wait for
+    /// the commit, so this bounds what the log adds to a change's latency under load, against a commit per loop
+    /// round's CPU.
+    static let writeSpacing: Duration = .milliseconds(1)
     /// The least time between two attempts while writes fail: a failing disk is retried once a second, however
     /// often the loop hands over new changes (they wait in memory and go in the next attempt).
     static let retrySpacing: Duration = .seconds(1)
@@ -58,7 +67,7 @@ final class StoreWriter: Sendable {
     static let checkInterval: DispatchTimeInterval = .seconds(1)
 
     /// Starts the writer's thread. `wakeLoop` wakes the event loop, from the writer's thread, when it wants the
-    /// whole state.
+    /// whole state, and after a commit or a failure while the loop holds publications for the log.
     init(
         store: any PresenceStore, logger: Logger, logRetention: Int64? = nil, committedOffset: UInt64 = 0,
         wakeLoop: @escaping @Sendable () -> Void, logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in },
@@ -86,7 +95,34 @@ final class StoreWriter: Sendable {
     }
 
     /// The highest log offset in the file: the loop keeps the entries above it to answer reads (docs/history.md).
-    var committedOffset: UInt64 { committed.load(ordering: .acquiring) }
+    var committedOffset: UInt64 { committed.load(ordering: .sequentiallyConsistent) }
+
+    /// Whether the last write failed.
+    var isFailing: Bool { failing.load(ordering: .sequentiallyConsistent) }
+
+    /// Whether the writer wakes the loop after each commit or failure. The loop sets it, then reads
+    /// ``committedOffset``; the writer stores that, then reads this: one of them sees the other, so no commit goes
+    /// unnoticed.
+    func wakesLoopAfterCommits(_ wake: Bool) {
+        loopWaits.store(wake, ordering: .sequentiallyConsistent)
+    }
+
+    /// Blocks until the log holds `offset` or a write failed, at most `timeout` (test mode's `advance` only).
+    func waitForCommit(through offset: UInt64, timeout: Duration) {
+        let deadline = ContinuousClock.now + timeout
+        loopBlocks.store(true, ordering: .sequentiallyConsistent)
+        defer { loopBlocks.store(false, ordering: .sequentiallyConsistent) }
+        work.signal()
+        while committedOffset < offset, !isFailing, ContinuousClock.now < deadline {
+            _ = commitDone.wait(timeout: .now() + .milliseconds(10))  // the condition is checked again either way
+        }
+    }
+
+    /// After a write: the loop, if it waits for one.
+    private func tellLoop() {
+        if loopWaits.load(ordering: .sequentiallyConsistent) { wakeLoop() }
+        if loopBlocks.load(ordering: .sequentiallyConsistent) { commitDone.signal() }
+    }
 
     /// Whether the writer asked for the whole state since the last call (its file was made anew); the loop then
     /// enqueues everything it holds.
@@ -143,9 +179,11 @@ final class StoreWriter: Sendable {
                     lastWrite = started
                     try store.write(batch)
                     writeTimer.record(duration: ContinuousClock.now - started)
+                    failing.store(false, ordering: .sequentiallyConsistent)
                     if let last = batch.log.last?.offset {
-                        committed.store(last, ordering: .releasing)
+                        committed.store(last, ordering: .sequentiallyConsistent)
                         logCommitted(last)
+                        tellLoop()
                     }
                     if failures > 0 { logger.notice("store writes work again", metadata: ["failed": "\(failures)"]) }
                     failed = nil
@@ -154,6 +192,7 @@ final class StoreWriter: Sendable {
                 } catch {
                     failed = batch
                     failures += 1
+                    if !failing.exchange(true, ordering: .sequentiallyConsistent) { tellLoop() }
                     if batch.log.count > maxUnwrittenLog {
                         let excess = batch.log.count - maxUnwrittenLog
                         failed?.log.removeFirst(excess)

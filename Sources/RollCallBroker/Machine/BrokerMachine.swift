@@ -50,8 +50,11 @@ struct BrokerMachine {
     /// This node's sessions: liveness, requests and replies. On a single broker it also publishes.
     var core: PresenceCore
     var publishing: Publishing
-    /// What the loop is to carry out, in order; the loop empties it (keeping its capacity).
+    /// What the loop is to carry out, in order; the loop takes it with ``takeEffects(into:logged:monotonic:)``.
     var effects: [Effect] = []
+    /// Publications waiting until the presence log holds what they show (PublicationHold.swift), when the broker
+    /// keeps a log.
+    var hold: PublicationHold?
     /// Whether sessions' steps are reported (``Effect/sessionSteps(_:)``), for the debug log.
     let logsSessionSteps: Bool
 
@@ -162,7 +165,7 @@ struct BrokerMachine {
                     BrokerInfo(
                         broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now,
                         testMode: configuration.testMode, cluster: publishing.standing,
-                        log: logEpoch.map { LogPosition(epoch: $0, offset: core.logOffset) })))
+                        log: logEpoch.map { LogPosition(epoch: $0, offset: visibleLogOffset) })))
         case .advance:
             return .failure(PresenceError(.unknownOp, "unknown op 'advance'"))  // answered by `handle`
         case .queryAt, .history, .events:
@@ -248,6 +251,32 @@ struct BrokerMachine {
         guard case .cluster(let side) = publishing else { return core.nextDeadline }
         return earliest(earliest(core.nextDeadline, side.view.nextDeadline), side.holdUntil)
     }
+
+    // MARK: Effects
+
+    /// Moves the effects due to `out` (emptied first), in order: all of them, unless publications wait for the
+    /// presence log (``hold``), which has committed through `logged` (``UInt64/max`` while it cannot write), at
+    /// `monotonic` (the loop's monotonic clock, in milliseconds). Whether there is any.
+    mutating func takeEffects(into out: inout [Effect], logged: UInt64, monotonic: Int64) -> Bool {
+        out.removeAll(keepingCapacity: true)
+        guard hold != nil else {
+            swap(&out, &effects)
+            return !out.isEmpty
+        }
+        hold?.pass(&effects, to: &out, logged: logged, logOffset: core.logOffset, now: monotonic)
+        return !out.isEmpty
+    }
+
+    /// Whether effects wait to be taken, or may come out of the hold now.
+    func hasEffects(logged: UInt64, monotonic: Int64) -> Bool {
+        guard effects.isEmpty else { return true }
+        guard let hold, hold.isHolding else { return false }
+        return logged > hold.logged || hold.nextDeadline.map { $0 <= monotonic } == true
+    }
+
+    /// The latest offset of the presence log whose transition is out, or in the log: what `ping`, reads of the log
+    /// and resumes go up to (PublicationHold.swift).
+    var visibleLogOffset: UInt64 { hold?.visible(logOffset: core.logOffset) ?? core.logOffset }
 
     /// Takes the sessions' steps since the last call: on a node of a cluster each is written to etcd, and with
     /// ``logsSessionSteps`` they are reported for the log.

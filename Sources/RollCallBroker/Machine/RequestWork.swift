@@ -95,4 +95,7 @@ enum TurnOutcome {
     case reading
     /// The reader is at its bound: the request waits for a slot.
     case full
+    /// Transitions made before the read are still held for the log (PublicationHold.swift): the read waits until
+    /// they are out, so that it shows what its connection was answered before it, and nothing a crash could lose.
+    case waitsForLog
 }

@@ -38,7 +38,8 @@ final class RequestQueue {
 
     /// Takes turns, one expensive request (and the cheap ones queued behind it) per connection per turn, until the
     /// queue is empty or the slice is used up. A request handed to the log's reader holds its connection, with the
-    /// rest of its turn, until ``release(_:)``; one that found the reader full also waits, and its key goes to `full`.
+    /// rest of its turn, until ``release(_:)``; one that found the reader full also waits, and its key goes to `full`;
+    /// one that waits for the log's commit (``TurnOutcome/waitsForLog``) waits too, and is released by the loop.
     func takeTurns(_ run: (DeferredWork) -> TurnOutcome, full: (FairnessKey) -> Void) {
         let start = ContinuousClock.now
         while let turn = queue.nextTurn() {

@@ -12,6 +12,8 @@ final class StoreSide {
     private let writer: StoreWriter
     /// The presence log, when the broker keeps one.
     private(set) var history: LoopHistory?
+    /// Connections whose read waits until the log is out through an offset (``ReadStart/waitsForLog``).
+    private var logWaiters: [(key: FairnessKey, through: UInt64)] = []
     private let logger: Logger
 
     /// Loads the kept state into `core`; starts the writer, and the log's reader when the broker keeps a log. Returns
@@ -63,6 +65,21 @@ final class StoreSide {
 
     /// The log's epoch, when the broker keeps one.
     var logEpoch: String? { history?.epoch }
+
+    /// The highest offset the log's writer has committed, or ``UInt64/max`` while it cannot write (publications then
+    /// wait for nothing: Machine/PublicationHold.swift).
+    var logged: UInt64 { writer.isFailing ? .max : writer.committedOffset }
+
+    /// Whether the writer wakes the loop after each commit (or failure): publications wait for it.
+    func wakeLoopAfterCommits(_ wake: Bool) { writer.wakesLoopAfterCommits(wake) }
+
+    /// Hands this round's transitions to the writer and waits, at most `timeout`, until it has committed them or
+    /// failed: test mode's `advance` answers once what it published is out (docs/protocol.md).
+    func waitForLog(core: inout PresenceCore, now: BrokerTime, timeout: Duration) {
+        guard history != nil else { return }
+        writeTransitions(from: &core, now: now)
+        writer.waitForCommit(through: core.logOffset, timeout: timeout)
+    }
 
     /// Stops the log's reader: a read in flight is dropped.
     func stopReading() { history?.reader?.stop() }
@@ -140,6 +157,9 @@ final class StoreSide {
         case reading
         /// The reader is at its bound (``LogReadSlots/maxInFlight``): the request waits for a slot.
         case full
+        /// Transitions made before it still wait for the log: the request waits until they are out
+        /// (``readersCaughtUp(visible:)``).
+        case waitsForLog
     }
 
     /// Starts an authorized read of the log, after this round's transitions went to the writer: what the loop alone
@@ -147,14 +167,21 @@ final class StoreSide {
     /// the file, so rows above it come from `unwritten`: no hole), the file is read on the reader thread, and `done`
     /// gets the rows there.
     func startRead(
-        _ request: Request, viewer: UserID?, machine: inout BrokerMachine, now: BrokerTime,
+        _ request: Request, key: FairnessKey, viewer: UserID?, machine: inout BrokerMachine, now: BrokerTime,
         done: @escaping @Sendable (LogRead, Result<LogRead.Rows, any Error>) -> Void
     ) -> ReadStart {
         writeTransitions(from: &machine.core, now: now)
         guard let history, let reader = history.reader else { return .answered(.failure(Self.noLog)) }
+        let visible = machine.visibleLogOffset
+        // A read shows every transition made before it (its connection's own acknowledged changes included), and
+        // only once they are out: it waits for the log's commit, a millisecond or so.
+        if visible < machine.core.logOffset {
+            logWaiters.append((key, machine.core.logOffset))
+            return .waitsForLog
+        }
         let read: LogRead
         switch LogRead.prepare(
-            request, history: history, committed: writer.committedOffset, logOffset: machine.core.logOffset, now: now,
+            request, history: history, committed: min(writer.committedOffset, visible), logOffset: visible, now: now,
             viewer: viewer, core: machine.published)
         {
         case .success(let prepared): read = prepared
@@ -163,6 +190,14 @@ final class StoreSide {
         guard self.history?.slots.take() == true else { return .full }
         reader.submit({ log in try read.fetch(from: log) }) { rows in done(read, rows) }
         return .reading
+    }
+
+    /// The connections whose reads waited for the log and may go on now that it is out through `visible`.
+    func readersCaughtUp(visible: UInt64) -> [FairnessKey] {
+        guard !logWaiters.isEmpty else { return [] }
+        let ready = logWaiters.filter { $0.through <= visible }.map(\.key)
+        logWaiters.removeAll { $0.through <= visible }
+        return ready
     }
 
     /// The connection `key` waits for a slot of the reader.
@@ -190,17 +225,19 @@ final class StoreSide {
 
     /// The transitions of `topics` after `after` that a resumed WebSocket subscription missed (this round's join
     /// `unwritten` first), or why the log cannot continue from there.
-    func missed(of topics: [Topic], after: UInt64, logEpoch: String?, core: inout PresenceCore, now: BrokerTime)
+    func missed(of topics: [Topic], after: UInt64, logEpoch: String?, machine: inout BrokerMachine, now: BrokerTime)
         -> Result<[LogEntry], PresenceError>
     {
         guard history != nil else { return .failure(Self.noResume) }
-        writeTransitions(from: &core, now: now)
+        writeTransitions(from: &machine.core, now: now)
         guard let history else { return .success([]) }
+        // Up to what is out: the transitions still held for the log reach the new subscription from the hold.
+        let visible = machine.visibleLogOffset
         do {
             return .success(
                 try LogRead.missed(
                     of: topics, after: after, logEpoch: logEpoch, history: history,
-                    committed: writer.committedOffset, logOffset: core.logOffset))
+                    committed: min(writer.committedOffset, visible), logOffset: visible))
         } catch let error as PresenceError {
             return .failure(error)
         } catch {
