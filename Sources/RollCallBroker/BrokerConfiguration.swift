@@ -34,6 +34,9 @@ public struct BrokerConfiguration: Sendable {
     /// How long the presence log keeps transitions (docs/history.md): 7 days; 0 keeps no log. Only with a data
     /// directory, and not on a node of a cluster.
     public var historyRetentionMilliseconds: Int64 = 604_800_000
+    /// Whether transitions go out before the presence log has committed them (`--publish-before-commit`): by default
+    /// publications wait for the commit, so that nothing a subscriber saw can be lost from the log (docs/history.md).
+    public var publishesBeforeCommit = false
     /// Tests only (`@testable`): runs on the log's reader thread before each read, so that a test can hold a read.
     var logReadHook: (@Sendable () -> Void)?
     /// How often the broker publishes its own heartbeat on `broker/`.

@@ -54,6 +54,9 @@ final class StoreWriter: Sendable {
     /// the commit, so this bounds what the log adds to a change's latency under load, against a commit per loop
     /// round's CPU.
     static let writeSpacing: Duration = .milliseconds(1)
+    /// The spacing when publications do not wait for the commit (`--publish-before-commit`): fewer commits.
+    static let relaxedWriteSpacing: Duration = .milliseconds(5)
+    private let writeSpacing: Duration
     /// The least time between two attempts while writes fail: a failing disk is retried once a second, however
     /// often the loop hands over new changes (they wait in memory and go in the next attempt).
     static let retrySpacing: Duration = .seconds(1)
@@ -72,9 +75,10 @@ final class StoreWriter: Sendable {
         store: any PresenceStore, logger: Logger, logRetention: Int64? = nil, committedOffset: UInt64 = 0,
         wakeLoop: @escaping @Sendable () -> Void, logCommitted: @escaping @Sendable (UInt64) -> Void = { _ in },
         logRestarted: @escaping @Sendable (String) -> Void = { _ in },
-        maxUnwrittenLog: Int = StoreWriter.defaultMaxUnwrittenLog
+        maxUnwrittenLog: Int = StoreWriter.defaultMaxUnwrittenLog, writeSpacing: Duration = StoreWriter.writeSpacing
     ) {
         self.maxUnwrittenLog = maxUnwrittenLog
+        self.writeSpacing = writeSpacing
         self.logRestarted = logRestarted
         self.initialStore = Mutex(store)
         self.logger = logger
@@ -146,13 +150,13 @@ final class StoreWriter: Sendable {
         var failures = 0
         var trim = LogTrimming()
         var droppedLog = 0
-        var lastWrite = ContinuousClock.now - Self.writeSpacing
+        var lastWrite = ContinuousClock.now - writeSpacing
         while true {
             _ = work.wait(timeout: .now() + Self.checkInterval)
             // Transitions come every loop round: one commit per round would cost a write(2) each, on a core the
             // loop needs. What comes within the spacing of the last write goes in the next one.
             if failed == nil {
-                let wait = lastWrite + Self.writeSpacing - ContinuousClock.now
+                let wait = lastWrite + writeSpacing - ContinuousClock.now
                 if wait > .zero, !queue.withLock({ $0.finishing }) {
                     let (seconds, attoseconds) = wait.components
                     Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)

@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 
 /// SQLite in WAL mode under a data directory (created if missing): `<directory>/rollcall.sqlite3`.
@@ -15,9 +16,18 @@ public final class SQLiteStore: PresenceStore {
     /// The file's device and inode when it was opened: a different pair, or none, means it was deleted or replaced.
     private let identity: FileIdentity?
 
+    /// With checkpoints apart: the connection that copies the write-ahead log into the file, on a thread of its own.
+    private let checkpointer: DatabaseQueue?
+
+    /// How often the thread apart copies the write-ahead log into the file.
+    public static let checkpointInterval: Duration = .milliseconds(500)
+
     /// Opens (or creates) `<directory>/rollcall.sqlite3`, making `directory` if it is missing, and brings the
-    /// schema up to date.
-    public init(directory: String) throws {
+    /// schema up to date. With `checkpointsApart` (the broker), commits never copy the write-ahead log into the file
+    /// themselves (SQLite's automatic checkpoint, a write and an fsync of the file every 1,000 pages, tens of
+    /// milliseconds on a shared disk): a thread of the store's own does it with a passive checkpoint on a connection
+    /// of its own every ``checkpointInterval``, beside the writer, which publications wait for (docs/history.md).
+    public init(directory: String, checkpointsApart: Bool = false) throws {
         try DataDirectory.create(directory)
         let path = (directory.hasSuffix("/") ? directory : directory + "/") + "rollcall.sqlite3"
         self.path = path
@@ -32,19 +42,48 @@ public final class SQLiteStore: PresenceStore {
         configuration.busyMode = .timeout(5)
         // Needed for `members ... ON DELETE CASCADE`; GRDB's default, stated because the schema relies on it.
         configuration.foreignKeysEnabled = true
+        var writerConfiguration = configuration
+        if checkpointsApart {
+            writerConfiguration.prepareDatabase { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
+        }
         database = try Self.sqlite(.open, path: path) {
-            let database = try DatabaseQueue(path: path, configuration: configuration)
+            let database = try DatabaseQueue(path: path, configuration: writerConfiguration)
             try Self.migrator.migrate(database)
             return database
         }
+        checkpointer =
+            checkpointsApart
+            ? try Self.sqlite(.open, path: path) { try DatabaseQueue(path: path, configuration: configuration) } : nil
         identity = FileIdentity(path: path)
+        self.checkpointsApart = checkpointsApart
+        if checkpointer != nil { startCheckpoints() }
+    }
+
+    private let checkpointsApart: Bool
+
+    /// Runs passive checkpoints until the store goes; a failure is tried again at the next interval (the log grows
+    /// meanwhile, nothing is lost).
+    private func startCheckpoints() {
+        let thread = Thread { [weak self] in
+            let (seconds, attoseconds) = Self.checkpointInterval.components
+            let interval = Double(seconds) + Double(attoseconds) / 1e18
+            while true {
+                Thread.sleep(forTimeInterval: interval)
+                guard let self, let checkpointer = self.checkpointer else { return }
+                _ = try? checkpointer.writeWithoutTransaction { db in try db.checkpoint(.passive) }
+            }
+        }
+        thread.name = "rollcall-checkpoint"
+        thread.start()
     }
 
     /// Whether `path` is still the file this store opened (a `stat` call).
     public var isIntact: Bool { identity != nil && FileIdentity(path: path) == identity }
 
     /// A new store on the same directory: the file is made anew if it is gone.
-    public func reopened() throws -> any PresenceStore { try SQLiteStore(directory: directory) }
+    public func reopened() throws -> any PresenceStore {
+        try SQLiteStore(directory: directory, checkpointsApart: checkpointsApart)
+    }
 
     public var location: String { path }
 

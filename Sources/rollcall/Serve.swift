@@ -104,6 +104,12 @@ struct Serve: AsyncParsableCommand {
     )
     var historyRetentionMs: Int64?
 
+    @Flag(
+        help:
+            "Publish transitions before the presence log has committed them (about a millisecond sooner under load; a kill -9 can then lose from the log what subscribers saw: docs/history.md). Env: ROLLCALL_PUBLISH_BEFORE_COMMIT=1."
+    )
+    var publishBeforeCommit = false
+
     @Option(
         help:
             "How often the broker publishes its heartbeat on broker/, ms. Env: ROLLCALL_BROKER_HEARTBEAT_MS. Default: \(defaults.brokerHeartbeatMilliseconds)."
@@ -267,6 +273,7 @@ struct Serve: AsyncParsableCommand {
             writeIntervalMs, "ROLLCALL_WRITE_INTERVAL_MS", default: c.writeIntervalMilliseconds)
         c.historyRetentionMilliseconds = try setting(
             historyRetentionMs, "ROLLCALL_HISTORY_RETENTION_MS", default: c.historyRetentionMilliseconds)
+        c.publishesBeforeCommit = publishBeforeCommit || environment["ROLLCALL_PUBLISH_BEFORE_COMMIT"] == "1"
         c.brokerHeartbeatMilliseconds = try setting(
             brokerHeartbeatMs, "ROLLCALL_BROKER_HEARTBEAT_MS", default: c.brokerHeartbeatMilliseconds)
         c.presence.offlineGraceMilliseconds = try setting(

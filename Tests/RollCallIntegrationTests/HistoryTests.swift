@@ -185,6 +185,23 @@ extension Integration {
             #expect(missing.isEmpty, "published and not in the log: \(missing.prefix(5))")
         }
 
+        /// `--publish-before-commit` turns the wait off: `ping` reports an acknowledged change's offset at once, before
+        /// any commit (without the flag it reports only what is out, which the commit decides).
+        @Test func publishBeforeCommitWaitsForNothing() async throws {
+            let broker = try ServeProcess(extra: ["--publish-before-commit"])
+            try broker.start()
+            defer { _ = broker.signal(SIGTERM) }
+            let client = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 2_000)
+            let alice = try client.hello(.init(user: "alice".id)).session
+            for status in [Status.away, .busy, .online, .away] {
+                try client.setStatus(alice, status)
+                let reported = try #require(try client.ping().log?.offset)
+                let latest = try #require(try client.history(HistoryQuery(user: "alice".id, limit: 1_000)).entries.last)
+                #expect(latest.record.status == status)
+                #expect(reported == latest.offset)
+            }
+        }
+
         /// A read of the log in the same loop round as the transitions it shows (pipelined requests) still leaves
         /// them to be written: the file ends up holding every transition.
         @Test func aReadInTheSameRoundLosesNothing() async throws {

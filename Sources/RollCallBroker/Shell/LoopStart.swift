@@ -47,7 +47,9 @@ struct LoopStart {
                 ?? .local,
             logsSessionSteps: logger.logLevel <= .debug)
         machine.logEpoch = side?.logEpoch
-        if side?.logEpoch != nil { machine.hold = PublicationHold(logged: machine.core.logOffset) }
+        if side?.logEpoch != nil, !configuration.publishesBeforeCommit {
+            machine.hold = PublicationHold(logged: machine.core.logOffset)
+        }
         if let contacts {
             // After the kept state: the file wins for the users it lists. Nobody is subscribed yet, so the views
             // it changes reach no one.

@@ -53,7 +53,9 @@ final class StoreSide {
             store: store, logger: logger,
             logRetention: history == nil ? nil : configuration.historyRetentionMilliseconds,
             committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted,
-            logRestarted: logRestarted)
+            logRestarted: logRestarted,
+            writeSpacing: configuration.publishesBeforeCommit
+                ? StoreWriter.relaxedWriteSpacing : StoreWriter.writeSpacing)
         return (StoreSide(writer: writer, history: history, logger: logger), clock)
     }
 
