@@ -144,7 +144,7 @@ public final class Broker: Service, Sendable {
         let store: (any PresenceStore)?
         switch configuration.storage {
         case .none: store = nil
-        case .directory(let path): store = try SQLiteStore(directory: path)
+        case .directory(let path): store = try SQLiteStore(directory: path, checkpointsApart: true)
         case .store(let given): store = given
         }
         // What a node says of itself in etcd, for operators: where its clients reach it.
@@ -152,9 +152,7 @@ public final class Broker: Service, Sendable {
         if let settings = configuration.cluster {
             let description = ClusterValues.describe(
                 command: commandEndpoint, update: updateEndpoint, broker: configuration.brokerID, epoch: epoch)
-            cluster = ClusterLink(
-                settings: settings, description: description,
-                wake: { [waker] in waker.wake() })
+            cluster = ClusterLink(settings: settings, description: description, mailbox: mailbox)
         }
         clusterNode = cluster?.node
         // Parsed here, before the loop exists: a file that cannot be used stops the start, naming file and line.

@@ -1,3 +1,4 @@
+import Dispatch
 import RollCallCluster
 import RollCallCore
 import RollCallWire
@@ -11,7 +12,7 @@ final class ClusterLink {
     let node: ClusterNode
     let inbox: ClusterInbox
 
-    init(settings: ClusterSettings, description: String, wake: @escaping @Sendable () -> Void) {
+    init(settings: ClusterSettings, description: String, mailbox: LoopMailbox) {
         self.settings = settings
         let inbox = ClusterInbox()
         self.inbox = inbox
@@ -20,10 +21,21 @@ final class ClusterLink {
             keys: ClusterKeys(prefix: settings.prefix),
             requestTimeout: .milliseconds(settings.requestTimeoutMilliseconds))
         configuration.description = description
+        configuration.beforeRejoin = { Self.waitForRequests(of: mailbox, timeout: .milliseconds(500)) }
         node = ClusterNode(configuration: configuration) { notification in
             inbox.append(notification)
-            wake()
+            mailbox.wake()
         }
+    }
+
+    /// Blocks the calling thread (the node's worker, before a rejoin) until the loop has run a round of requests after
+    /// the call, at most `timeout`: a job runs at the start of a round, before its requests; the one it posts runs at
+    /// the start of the next, after them.
+    static func waitForRequests(of mailbox: LoopMailbox, timeout: Duration) {
+        let done = DispatchSemaphore(value: 0)
+        mailbox.post { loop in loop.signals.mailbox.post { _ in done.signal() } }
+        let (seconds, attoseconds) = timeout.components
+        _ = done.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
     }
 
     /// Hands the machine what the node reported since the last round, and what it says now (whether it may serve,

@@ -19,6 +19,11 @@ public final class ClusterNode: Sendable {
         public var requestTimeout: Duration
         /// What the node says about itself in its incarnation key (JSON, for operators reading etcd).
         public var description: String
+        /// Called on the worker's thread before a rejoin writes the node's sessions again, so that what the owner's
+        /// clients sent while the node was cut off or stopped (a `bye` waiting in a socket) is among the queued writes
+        /// first, and an ended session does not come back with the node. The broker returns once its loop has run a
+        /// round of requests after the call, or after half a second. `nil`: no wait.
+        public var beforeRejoin: (@Sendable () -> Void)?
 
         public init(
             endpoints: [EtcdEndpoint], nodeID: String, leaseMs: Int64 = 5_000, keys: ClusterKeys = ClusterKeys(),
@@ -317,6 +322,7 @@ public final class ClusterNode: Sendable {
         /// Writes the incarnation's key and the node's live sessions under `lease`, in one transaction, with the
         /// cluster's seq base if no node wrote it before.
         mutating func register(lease: Int64) throws {
+            if hasJoined { node.configuration.beforeRejoin?() }
             // Writes queued while the node was not live come first: a session they end is not written again (it
             // would come back online under the new lease), nor one whose client was refused and moved on; one they
             // change is written as it is now.
