@@ -133,7 +133,12 @@ enum FaultChecker {
     /// still hold elsewhere. A session may still be held if its hello was sent and not refused, unless by then an
     /// acknowledged `bye` on it is a lease + 1 s old, it was last used a TTL + lease + 1 s ago (its node ends it
     /// after its TTL, or the node's lease runs out), or its own node was killed a lease + 1 s ago.
-    static func deadNodesSessionsEnd(_ recording: FaultRecording, slackMs: Int) -> [String] {
+    ///
+    /// Without `trustingEnds`, only the death of a session's node counts as its end: a known bug can bring back a
+    /// session its node ended (a put held by a stopped etcd member applied after the end; see
+    /// `ClusterStalePutTests`), and such a session then lives as long as its node. What this stricter count still
+    /// finds is a dead node's own sessions shown too long, which that bug cannot explain.
+    static func deadNodesSessionsEnd(_ recording: FaultRecording, slackMs: Int, trustingEnds: Bool = true) -> [String] {
         let bound = recording.leaseMs + 1_000
         let endMs = recording.arrivals.map(\.atMs).max() ?? 0
         var violations: [String] = []
@@ -149,7 +154,7 @@ enum FaultChecker {
                     guard hello.user == user, hello.sentMs < deadline,
                         !(hello.node == kill.node && hello.generation == kill.generation)
                     else { return false }
-                    return !ended(hello, by: deadline, in: recording)
+                    return !ended(hello, by: deadline, in: recording, trustingEnds: trustingEnds)
                 }.count
                 for node in 0..<3 where node != kill.node {
                     guard
@@ -169,13 +174,16 @@ enum FaultChecker {
     }
 
     /// Whether the session `hello` opened has surely ended by `deadlineMs` (see ``deadNodesSessionsEnd``).
-    static func ended(_ hello: FaultRecording.Request, by deadlineMs: Int, in recording: FaultRecording) -> Bool {
+    static func ended(
+        _ hello: FaultRecording.Request, by deadlineMs: Int, in recording: FaultRecording, trustingEnds: Bool = true
+    ) -> Bool {
         let bound = recording.leaseMs + 1_000
         if recording.kills.contains(where: {
             $0.node == hello.node && $0.generation == hello.generation && $0.atMs + bound <= deadlineMs
         }) {
             return true
         }
+        guard trustingEnds else { return false }
         guard let session = hello.session else {
             // A hello that went unanswered may have opened a session no one uses again: its TTL ends it.
             return hello.repliedMs + recording.ttlMs + bound <= deadlineMs
