@@ -59,7 +59,8 @@ struct FaultRecording: Sendable {
 /// sentences naming the records or requests involved; empty when the invariant holds.
 enum FaultChecker {
     /// Per user and node, `seq` only grows: a record never follows one with a greater `seq`, and one with an equal
-    /// `seq` is the same record (a subscriber's last value may repeat a record). Across the node's restarts too: a
+    /// `seq` is the same record but for `last_seen` (a subscriber's last value repeats a record, §9.4). Across the
+    /// node's restarts too: a
     /// restarted node's `seq`s are the cluster's. Records with `seq` 0 (a user the node does not know) are left out:
     /// a node that loaded a snapshot does not know users who went offline before it joined (docs/cluster.md weakness
     /// 10, protocol §17.5, 5).
@@ -70,7 +71,8 @@ enum FaultChecker {
             let key = "\(arrival.node)/\(arrival.record.user)"
             if let previous = last[key],
                 previous.record.seq > arrival.record.seq
-                    || (previous.record.seq == arrival.record.seq && previous.record != arrival.record)
+                    || (previous.record.seq == arrival.record.seq
+                        && comparable(previous.record) != comparable(arrival.record))
             {
                 violations.append(
                     "node \(arrival.node): \(describe(previous)) then \(describe(arrival))")
@@ -218,13 +220,13 @@ enum FaultChecker {
         }
     }
 
-    /// A record as compared across nodes: `since` and `last_seen` left out for a `node_lost` end (§17.5, 2).
+    /// A record as compared with another of the same `seq`: `last_seen` left out (records with one `seq` describe
+    /// the same state and only `last_seen` may differ, protocol §9.4: a last value sent on subscribing carries the
+    /// time it was sent), and `since` too for a `node_lost` end (§17.5, 2).
     static func comparable(_ record: PresenceRecord) -> PresenceRecord {
         var record = record
-        if record.reason == .nodeLost {
-            record.since = nil
-            record.lastSeen = nil
-        }
+        record.lastSeen = nil
+        if record.reason == .nodeLost { record.since = nil }
         return record
     }
 

@@ -38,6 +38,12 @@ import Testing
         ]
         #expect(FaultChecker.seqOnlyGrows(recording).isEmpty)
         #expect(FaultChecker.oneSeqOneRecord(recording).isEmpty)
+        // A last value on subscribing repeats the record with the time it was sent as `last_seen` (§9.4).
+        var lastValue = record(.online, "n1", sessions: 1, seq: 5)
+        lastValue.lastSeen = BrokerTime(milliseconds: 1_300)
+        recording.arrivals.append(arrival(1, 15, lastValue))
+        #expect(FaultChecker.seqOnlyGrows(recording).isEmpty)
+        #expect(FaultChecker.oneSeqOneRecord(recording).isEmpty)
         recording.arrivals += [
             arrival(0, 20, record(.online, "n1", sessions: 1, seq: 4)),
             arrival(2, 20, record(.online, "n1", sessions: 2, seq: 5)),
