@@ -100,7 +100,7 @@ extension Integration {
                     """)
             }
             check("seq only grows per user and node", FaultChecker.seqOnlyGrows(recording))
-            // A known bug, not a documented weakness (see `aRejoinedNodesSnapshotReusesTheNextSeq`): a node that
+            // A known bug, not a documented weakness (see `ClusterSnapshotSeqTests`): a node that
             // reads a snapshot after joining again (a lease lost to a partition or a stalled etcd member) publishes
             // a user's second change in that snapshot at seq base + R + 1 (PresenceCore's `max(seq + 1, stamp)`),
             // the seq the other nodes give to the next revision, another record.
