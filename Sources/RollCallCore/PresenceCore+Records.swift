@@ -93,7 +93,11 @@ extension PresenceCore {
         state.status = status
         state.text = text
         state.publishedSessions = visible
-        state.seq = stamp.map { max(state.seq + 1, $0.seq) } ?? nextSeq(after: state.seq, now: now)
+        // A second change of one stamp (a cluster's revision that changes the user twice, or a snapshot's load)
+        // keeps the stamp's seq: the broker publishes the user's last record of a revision only.
+        state.seq =
+            stamp.map { $0.seq == state.seq ? $0.seq : max(state.seq + 1, $0.seq) }
+            ?? nextSeq(after: state.seq, now: now)
         if logsTransitions { state.offset = nextOffset(now: now) }
         users[user] = state
         if tracksChanges { changedUsers.insert(user) }

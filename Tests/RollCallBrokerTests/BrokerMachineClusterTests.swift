@@ -467,6 +467,33 @@ struct BrokerMachineClusterTests {
         #expect(records[0].first?.reason == .nodeLost)
     }
 
+    /// A revision that changes a user twice (here two of carol's sessions in one transaction; a snapshot's load does
+    /// the same) publishes one record, the last, at that revision's seq: not one at the revision's seq and another at
+    /// the next revision's, which every other node gives to another record (issue #21, the fault run's bug 1).
+    @Test func aRevisionThatChangesAUserTwicePublishesOneRecordAtItsSeq() throws {
+        var node = Scripted(cluster: true)
+        _ = Self.carolOnline(on: &node)
+        let other = ClusterKeys.Incarnation(node: "n3", lease: 9)
+        let busy = ClusterValues.encode(
+            PresenceCore.SessionDescription(user: "carol".id, status: .busy), at: BrokerTime(milliseconds: 20))
+        let away = ClusterValues.encode(
+            PresenceCore.SessionDescription(user: "carol".id, status: .away), at: BrokerTime(milliseconds: 20))
+        node.machine.applyClusterChanges(
+            [
+                .sessionPut(ClusterKeys.SessionKey(incarnation: other, id: "4"), value: busy, revision: 60),
+                .sessionPut(ClusterKeys.SessionKey(incarnation: other, id: "5"), value: away, revision: 60),
+            ], now: node.now)
+        let records = node.published()
+        #expect(records.count == 1)
+        #expect(records.first?.seq == 1_060)
+        #expect(records.first?.sessions == 3)
+        // The next revision takes the next seq, as on every node.
+        node.machine.applyClusterChanges(
+            [.sessionPut(ClusterKeys.SessionKey(incarnation: other, id: "6"), value: busy, revision: 61)], now: node.now
+        )
+        #expect(node.published().map(\.seq) == [1_061])
+    }
+
     /// Changes after a loss wait with it for its stamp, so that every user's records keep etcd's order; the stamp
     /// may come in the same batch as they do.
     @Test func changesAfterALossWaitForItsStamp() throws {

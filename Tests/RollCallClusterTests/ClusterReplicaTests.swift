@@ -88,8 +88,8 @@ import Testing
         #expect(replica.apply([put(.user("ann"), "v3", at: 11)]) == [.userPut("ann", value: "v3", revision: 11)])
     }
 
-    /// A snapshot replacing a stale copy yields exactly the differences: new and changed entries, sessions that
-    /// ended (lost with their node, or ended by it), incarnations that ended last.
+    /// A snapshot replacing a stale copy yields exactly the differences: sessions that ended (lost with their node,
+    /// or ended by it) before new and changed ones, as watching nodes saw them, incarnations that ended last.
     @Test func snapshotAfterAGap() {
         var replica = ClusterReplica()
         let s1 = ClusterKeys.SessionKey(incarnation: a, id: "1")
@@ -107,8 +107,8 @@ import Testing
         ]
         #expect(
             replica.load(snapshot: snapshot, revision: 50) == [
-                .sessionPut(s3, value: "cat", revision: 50),
                 .sessionEnded(s1, .nodeLost, revision: 50), .sessionEnded(s2, .ended, revision: 50),
+                .sessionPut(s3, value: "cat", revision: 50),
                 .userPut("ann", value: "offline", revision: 50), .userDeleted("zed", revision: 50),
                 .groupPut("g", value: "[ann,bob]", revision: 50), .incarnationEnded(a, revision: 50),
             ])

@@ -203,9 +203,34 @@ extension BrokerMachine {
             for case .userPut(let user, let value, _) in pending[start..<end] {
                 withCluster { $0.endings[user] = ClusterValues.decodeEnding(value) }
             }
+            let first = effects.count
             for change in pending[start..<end] { apply(change, now: now) }
+            keepLastRecords(since: first)
             start = end
         }
+    }
+
+    /// Of the records one revision publishes, keeps each user's last: a revision that changes a user twice (a node's
+    /// transaction with two of the user's sessions, or a snapshot's load: a session under a rejoined node's new key
+    /// and the end of its old one) shows one record, at the revision's seq (PresenceCore keeps it for the second
+    /// change), and no state between the two that etcd never held. Every node, watching or loading, then gives one
+    /// seq one record (issue #21, found by the fault run: docs/cluster.md).
+    private mutating func keepLastRecords(since first: Int) {
+        guard effects.count - first > 1 else { return }
+        func user(_ effect: Effect) -> UserID? {
+            switch effect {
+            case .publish(let record), .publishViews(let record): record.user
+            default: nil
+            }
+        }
+        var last: [UserID: Int] = [:]
+        for index in first..<effects.count { if let user = user(effects[index]) { last[user] = index } }
+        guard last.count < effects[first...].count(where: { user($0) != nil }) else { return }
+        var kept = Array(effects[..<first])
+        for index in first..<effects.count where user(effects[index]).map({ last[$0] == index }) ?? true {
+            kept.append(effects[index])
+        }
+        effects = kept
     }
 
     /// Asks etcd to stamp these losses with this node's time (the first node's stamp wins) and starts the wait.

@@ -120,14 +120,16 @@ public struct ClusterReplica: Sendable, Equatable {
         where incarnations[incarnation] != value {
             changes.append(.incarnationStarted(incarnation, value: value, revision: revision))
         }
-        for (session, value) in fresh.sessions.sorted(by: { $0.key.description < $1.key.description })
-        where sessions[session] != value {
-            changes.append(.sessionPut(session, value: value, revision: revision))
-        }
+        // Ends before puts: a rejoined node's session under its new key comes after the end of its old one, as the
+        // watching nodes saw them, so that the user's record after the load is theirs (its `since` the new key's).
         for session in sessions.keys.sorted(by: { $0.description < $1.description })
         where fresh.sessions[session] == nil {
             let lost = fresh.incarnations[session.incarnation] == nil
             changes.append(.sessionEnded(session, lost ? .nodeLost : .ended, revision: revision))
+        }
+        for (session, value) in fresh.sessions.sorted(by: { $0.key.description < $1.key.description })
+        where sessions[session] != value {
+            changes.append(.sessionPut(session, value: value, revision: revision))
         }
         for (incarnation, value) in fresh.losses.sorted(by: { $0.key.description < $1.key.description })
         where losses[incarnation] != value {
