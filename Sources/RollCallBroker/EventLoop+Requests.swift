@@ -89,6 +89,7 @@ extension EventLoop {
 
     /// Runs the queued writes of a connection that closed, before its close is handled (RequestQueue.removeAll).
     func finishQueuedWrites(_ key: FairnessKey) {
+        store?.forgetReads(of: key)
         for item in requests.removeAll(for: key, limits: configuration.presence) {
             answer(item.work, route: item.route)
         }

@@ -185,6 +185,39 @@ extension Integration {
             #expect(missing.isEmpty, "published and not in the log: \(missing.prefix(5))")
         }
 
+        /// A read waits for the commit of what was made before it, not of what comes after: under a steady stream of
+        /// changes from another connection every read is still answered (each within the client's 5 s timeout).
+        @Test func readsAreAnsweredUnderAStreamOfChanges() async throws {
+            let broker = try ServeProcess()
+            try broker.start()
+            defer { _ = broker.signal(SIGTERM) }
+            let client = try CommandClient(endpoint: broker.command, timeoutMilliseconds: 5_000)
+            let sessions = try (0..<20).map { try client.hello(.init(user: UserID(validating: "s\($0)")!)).session }
+            let streaming = Atomic<Bool>(true)
+            let endpoint = broker.command
+            let stream = Thread {
+                guard let context = try? Context(), let dealer = try? rawSocket(.dealer, endpoint, context: context)
+                else { return }
+                var index = 0
+                while streaming.load(ordering: .relaxed) {
+                    let status = index / 20 % 2 == 0 ? "away" : "online"
+                    let body = #"{"op":"status","session":"\#(sessions[index % 20])","status":"\#(status)"}"#
+                    _ = try? dealer.send(Array(body.utf8), wait: true)
+                    while (try? dealer.receive(timeout: 0)) != nil {}
+                    index += 1
+                }
+                dealer.close()
+                context.terminate()
+            }
+            stream.start()
+            defer { streaming.store(false, ordering: .relaxed) }
+            for _ in 0..<5 {
+                let page = try client.history(HistoryQuery(user: "s0".id, limit: 10))
+                #expect(!page.entries.isEmpty)
+                _ = try client.events(after: 0, logEpoch: nil, limit: 10)
+            }
+        }
+
         /// `--publish-before-commit` turns the wait off: `ping` reports an acknowledged change's offset at once, before
         /// any commit (without the flag it reports only what is out, which the commit decides).
         @Test func publishBeforeCommitWaitsForNothing() async throws {

@@ -14,6 +14,9 @@ final class StoreSide {
     private(set) var history: LoopHistory?
     /// Connections whose read waits until the log is out through an offset (``ReadStart/waitsForLog``).
     private var logWaiters: [(key: FairnessKey, through: UInt64)] = []
+    /// Connections whose read waited and may go now, with the offset it waited for: the read, taken again, waits for
+    /// no later transitions (under a steady stream of changes it would wait for ever).
+    private var caughtUp: [FairnessKey: UInt64] = [:]
     private let logger: Logger
 
     /// Loads the kept state into `core`; starts the writer, and the log's reader when the broker keeps a log. Returns
@@ -177,8 +180,9 @@ final class StoreSide {
         let visible = machine.visibleLogOffset
         // A read shows every transition made before it (its connection's own acknowledged changes included), and
         // only once they are out: it waits for the log's commit, a millisecond or so.
-        if visible < machine.core.logOffset {
-            logWaiters.append((key, machine.core.logOffset))
+        let made = caughtUp.removeValue(forKey: key) ?? machine.core.logOffset
+        if visible < made {
+            logWaiters.append((key, made))
             return .waitsForLog
         }
         let read: LogRead
@@ -197,9 +201,17 @@ final class StoreSide {
     /// The connections whose reads waited for the log and may go on now that it is out through `visible`.
     func readersCaughtUp(visible: UInt64) -> [FairnessKey] {
         guard !logWaiters.isEmpty else { return [] }
-        let ready = logWaiters.filter { $0.through <= visible }.map(\.key)
+        let ready = logWaiters.filter { $0.through <= visible }
         logWaiters.removeAll { $0.through <= visible }
-        return ready
+        for waiter in ready { caughtUp[waiter.key] = waiter.through }
+        return ready.map(\.key)
+    }
+
+    /// A connection closed: its read, waiting or not, is dropped (RequestQueue.removeAll).
+    func forgetReads(of key: FairnessKey) {
+        guard !logWaiters.isEmpty || !caughtUp.isEmpty else { return }
+        logWaiters.removeAll { $0.key == key }
+        caughtUp[key] = nil
     }
 
     /// The connection `key` waits for a slot of the reader.
