@@ -50,6 +50,13 @@ import Testing
         ]
         #expect(FaultChecker.seqOnlyGrows(recording).count == 2)
         #expect(FaultChecker.oneSeqOneRecord(recording).count == 1)
+        #expect(FaultChecker.sinceAfterASnapshot(recording).isEmpty)
+        // Records that differ in `since` alone are counted apart (weakness 10), and only there.
+        var otherSince = record(.online, "n1", sessions: 1, seq: 7)
+        otherSince.since = BrokerTime(milliseconds: 999)
+        recording.arrivals.append(arrival(0, 30, otherSince))
+        #expect(FaultChecker.oneSeqOneRecord(recording).count == 1)
+        #expect(FaultChecker.sinceAfterASnapshot(recording).count == 1)
     }
 
     /// An acknowledged change is fine if shown, or if a later one is, or if its node was killed after it was sent;

@@ -103,6 +103,13 @@ extension Integration {
             // Found by this run, fixed (`ClusterSnapshotSeqTests`): a node that read a snapshot after joining again
             // published a user's second change in it at the next revision's seq, another record on the other nodes.
             check("one seq names one record on all nodes", FaultChecker.oneSeqOneRecord(recording))
+            // Not fixed (#21, item 1; weakness 10): a node that loaded a snapshot may give an available user another
+            // `since` than the nodes that watched, under the same seq, until the user's next status change.
+            withKnownIssue(
+                "a node that loaded a snapshot takes since from the session, not the history", isIntermittent: true
+            ) {
+                check("one seq names one record, since included", FaultChecker.sinceAfterASnapshot(recording))
+            }
             check("acknowledged changes visible or superseded", FaultChecker.acknowledgedChangesSurvive(recording))
             // A dead node's own sessions must go within the lease + 1 s, whatever else happened.
             check(
