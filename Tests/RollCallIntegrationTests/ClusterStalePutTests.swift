@@ -38,14 +38,10 @@ extension Integration {
             let after = onB.records[(byeAt + 1)...].map(\.record)
             print("cluster: alice on node b: \(onB.records.map { FaultChecker.describe($0.record) })")
             let answer = try cluster.client(1).query([alice])[alice]
-            withKnownIssue(
-                "a put held by a stopped etcd member is applied after the session's later end", isIntermittent: true
-            ) {
-                #expect(
-                    !after.contains { $0.status.isAvailable },
-                    "alice back after her bye: \(after.map(FaultChecker.describe))")
-                #expect(answer?.status == .offline)
-            }
+            #expect(
+                !after.contains { $0.status.isAvailable },
+                "alice back after her bye: \(after.map(FaultChecker.describe))")
+            #expect(answer?.status == .offline)
         }
     }
 }

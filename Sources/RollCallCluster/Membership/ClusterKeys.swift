@@ -2,7 +2,7 @@
 ///
 /// | key | value | lease |
 /// |---|---|---|
-/// | `nodes/<node>/<incarnation>` | the node's description | the node's |
+/// | `nodes/<node>/<incarnation>` | the node's description, written again with each of its writes (their fence) | the node's |
 /// | `sessions/<node>/<incarnation>/<session>` | the session (user, status, …) | the node's |
 /// | `users/<user>` | the user's last record | none |
 /// | `lost/<node>/<incarnation>` | when a lost incarnation's sessions ended, stamped once (``Entry/lost(_:)``) | the writer's |

@@ -182,6 +182,8 @@ public final class ClusterNode: Sendable {
         var replica: ClusterReplica
         var watch: EtcdWatch?
         var lease: Int64 = 0
+        /// The revision at which the node last wrote its own key, which its writes compare with (``perform(_:)``).
+        var fence: Int64 = 0
         /// The node's live sessions, by id: written again under a new lease when the node joins again.
         var localSessions: [String: String] = [:]
         var keepAliveFailed = false
@@ -301,6 +303,7 @@ public final class ClusterNode: Sendable {
                 if let revision = try? client.put(
                     keys.key(.node(incarnation)), node.configuration.description, lease: lease)
                 {
+                    fence = revision
                     perform(membership.handle(.wrote(revision: revision, nowMs: sent)))
                 }
             case .restartWatch:
@@ -341,10 +344,11 @@ public final class ClusterNode: Sendable {
             // The first node to join writes the cluster's seq base; the others leave it as it is.
             let base = String(UInt64(max(0, Date().timeIntervalSince1970 * 1_000)) * 1_000)
             let cluster = keys.key(.cluster)
-            _ = try client.txn(
+            let written = try client.txn(
                 compare: [.absent(cluster)], success: operations + [.put(key: cluster, value: base, lease: 0)],
                 failure: operations)
             self.lease = lease
+            fence = written.revision
             node.shared.withLock { $0.incarnation = incarnation }
         }
 
@@ -394,22 +398,19 @@ public final class ClusterNode: Sendable {
         static let maxOperations = 128
 
         /// The longest run of writes at the head of `writes` that fits one transaction: at most
-        /// ``maxOperations`` operations, no key twice (etcd refuses a transaction that names a key twice), and either
-        /// only writes under the node's lease or none: a transaction with a session put fails whole if the lease is
-        /// gone, and a group or a user's key in it would be lost with it. A loss's stamp goes alone: its transaction
-        /// has a condition, which must not decide the fate of other writes.
+        /// ``maxOperations`` operations with the fence's, and no key twice (etcd refuses a transaction that names a
+        /// key twice). A loss's stamp goes alone: its transaction has a condition of its own, which must not decide the
+        /// fate of other writes.
         func nextBatch(_ writes: ArraySlice<Write>) -> ArraySlice<Write> {
             var keys: Set<String> = []
-            var operations = 0
+            var operations = 1
             var end = writes.startIndex
-            let leased = Self.needsLease(writes[writes.startIndex])
             while end < writes.endIndex {
                 let these = self.operations(for: writes[end]).map(\.key)
                 guard
                     end == writes.startIndex
-                        || (!Self.isConditional(writes[end]) && !Self.isConditional(writes[writes.startIndex])
-                            && operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these)
-                            && Self.needsLease(writes[end]) == leased)
+                        || (!Self.isStamp(writes[end]) && !Self.isStamp(writes[writes.startIndex])
+                            && operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these))
                 else { break }
                 keys.formUnion(these)
                 operations += these.count
@@ -418,16 +419,8 @@ public final class ClusterNode: Sendable {
             return writes[writes.startIndex..<end]
         }
 
-        /// Whether a write puts a key under the node's lease (and so fails if the lease is gone).
-        static func needsLease(_ write: Write) -> Bool {
-            switch write {
-            case .putSession, .stampLoss: true
-            default: false
-            }
-        }
-
-        /// Whether a write is a transaction with a condition of its own (a loss's stamp).
-        static func isConditional(_ write: Write) -> Bool {
+        /// Whether a write is a loss's stamp: a transaction with a condition of its own, and no fence.
+        static func isStamp(_ write: Write) -> Bool {
             if case .stampLoss = write { return true }
             return false
         }
@@ -478,6 +471,13 @@ public final class ClusterNode: Sendable {
         }
 
         /// Sends a batch of writes as one transaction.
+        ///
+        /// Every transaction but a loss's stamp is fenced by the node's own key (``ClusterKeys/Entry/node(_:)``): it
+        /// runs only if that key is still at the revision the node last wrote it (``fence``), and writes it again. A
+        /// transaction the client gave up on (a member that stopped answering, weakness 4) and sent to the next member
+        /// may still be carried out when that member runs again; by then the key has moved on, and the late copy
+        /// changes nothing. Without the fence, a session's put held that way came back after the session's end
+        /// (the fault run's bug 2).
         mutating func perform(_ batch: ArraySlice<Write>) -> BatchOutcome {
             for write in batch { noteLocal(write) }
             // Writes that change nothing in etcd (``Write/abandonIfRejoined(id:)``) send no transaction: an empty
@@ -485,18 +485,27 @@ public final class ClusterNode: Sendable {
             guard batch.contains(where: { !operations(for: $0).isEmpty }) else { return .written }
             let sent = nowMs
             do {
-                // A loss's stamp is written only if no node stamped that loss before (it is alone in its batch);
-                // if one did, the transaction does nothing, and the stamp that counts comes through the watch.
-                let conditions: [EtcdCompare] = batch.compactMap { write in
-                    guard case .stampLoss(let lost, _) = write else { return nil }
-                    return .absent(keys.key(.lost(lost)))
+                if let stamp = batch.first, case .stampLoss(let lost, _) = stamp {
+                    // Written only if no node stamped that loss before; if one did, the transaction does nothing
+                    // (no revision of its own to expect back), and the stamp that counts comes through the watch.
+                    let result = try client.txn(
+                        compare: [.absent(keys.key(.lost(lost)))], success: operations(for: stamp))
+                    if result.succeeded { perform(membership.handle(.wrote(revision: result.revision, nowMs: sent))) }
+                    return .written
                 }
-                let result = try client.txn(
-                    compare: conditions, success: batch.flatMap { operations(for: $0) })
-                // A transaction whose condition failed wrote nothing: no revision of its own to expect back.
-                if result.succeeded || conditions.isEmpty {
-                    perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
+                var result = try sendFenced(batch)
+                if !result.succeeded {
+                    // The node's key moved since the node wrote it: a write the node gave up on was carried out
+                    // after all (or its lease is gone, and the put below says so). Nothing of this batch was
+                    // written: take the key back, and send the batch once more.
+                    fence = try client.put(nodeKey, node.configuration.description, lease: lease)
+                    perform(membership.handle(.wrote(revision: fence, nowMs: sent)))
+                    result = try sendFenced(batch)
+                    // Moved again (another late copy): the next turn tries again.
+                    guard result.succeeded else { return .retry }
                 }
+                fence = result.revision
+                perform(membership.handle(.wrote(revision: result.revision, nowMs: sent)))
                 return .written
             } catch let error as EtcdError where error.isUnavailable {
                 perform(membership.handle(.callFailed(nowMs: sent)))
@@ -511,6 +520,19 @@ public final class ClusterNode: Sendable {
                 for write in batch { node.notify(.writeFailed(write, "\(error)")) }
                 return .written
             }
+        }
+
+        /// This incarnation's key, which fences its writes.
+        var nodeKey: String {
+            keys.key(.node(ClusterKeys.Incarnation(node: node.configuration.nodeID, lease: lease)))
+        }
+
+        /// Sends `batch` if the node's key is where the node last wrote it, writing the key again with it.
+        func sendFenced(_ batch: ArraySlice<Write>) throws -> EtcdTxnResult {
+            try client.txn(
+                compare: [EtcdCompare(key: nodeKey, .equal, .modRevision(fence))],
+                success: batch.flatMap { operations(for: $0) }
+                    + [.put(key: nodeKey, value: node.configuration.description, lease: lease)])
         }
     }
 }

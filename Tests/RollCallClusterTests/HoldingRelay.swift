@@ -1,0 +1,149 @@
+import Foundation
+import RollCallTestSupport
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A TCP relay on loopback in front of one etcd member, which can hold what clients send: while it holds, requests
+/// reach the relay and go no further, and their senders see a member that does not answer (their timeout ends the
+/// call). On ``release()`` everything held goes on to the member, on connections kept open until it answered.
+///
+/// This is a request that a member received and carried out late, made deterministic: a SIGSTOPped member does the
+/// same, but whether it carries out a request whose sender gave up depends on which it reads first, the request or
+/// the sender's close (the fault run's bug 2 showed in 2 runs of 6 that way).
+final class HoldingRelay: Sendable {
+    let port: Int
+    private let upstreamPort: Int
+    private let listener: Int32
+    private let state = Mutex(State())
+
+    private struct State {
+        var holding = false
+        var stopped = false
+        var descriptors: Set<Int32> = []
+        var lateAnswers = 0
+    }
+
+    /// Whether one connection's client has left and nothing of it is held.
+    private final class Finished: Sendable {
+        let done = Atomic<Bool>(false)
+    }
+
+    /// How many answers the member gave on connections whose client had left: late requests carried out.
+    var lateAnswers: Int { state.withLock { $0.lateAnswers } }
+
+    /// How long a connection whose client left stays open for the member's answer.
+    private static let linger: Duration = .seconds(5)
+
+    init(upstreamPort: Int) throws {
+        self.upstreamPort = upstreamPort
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard listener >= 0 else { throw SupportError("socket() failed: errno \(errno)") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(listener, pointer, length) == 0 && listen(listener, 16) == 0
+                    && getsockname(listener, pointer, &length) == 0
+            }
+        }
+        guard bound else {
+            close(listener)
+            throw SupportError("cannot listen on loopback: errno \(errno)")
+        }
+        self.listener = listener
+        port = Int(UInt16(bigEndian: address.sin_port))
+        let relay = self
+        Thread.detachNewThread { relay.acceptConnections() }
+    }
+
+    /// From now on, what clients send stays in the relay.
+    func hold() { state.withLock { $0.holding = true } }
+
+    /// What was held, and what comes later, goes on to the member.
+    func release() { state.withLock { $0.holding = false } }
+
+    /// Closes every connection and the listener.
+    func stop() {
+        let descriptors = state.withLock { state in
+            state.stopped = true
+            return state.descriptors
+        }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        for descriptor in descriptors { shutdown(descriptor, Int32(SHUT_RDWR)) }
+    }
+
+    private var isStopped: Bool { state.withLock { $0.stopped } }
+
+    private func acceptConnections() {
+        while !isStopped {
+            let client = accept(listener, nil, nil)
+            guard client >= 0 else { return }
+            guard let upstream = try? connectLoopback(port: upstreamPort) else {
+                close(client)
+                continue
+            }
+            state.withLock { $0.descriptors.formUnion([client, upstream]) }
+            let finished = Finished()
+            let relay = self
+            Thread.detachNewThread { relay.forward(from: client, to: upstream, finished: finished) }
+            Thread.detachNewThread { relay.answer(from: upstream, to: client, finished: finished) }
+        }
+    }
+
+    /// Client to member: everything goes through `held`, which is sent on whenever the relay does not hold. Ends
+    /// once the client has left and nothing is held any more.
+    private func forward(from client: Int32, to upstream: Int32, finished: Finished) {
+        var held: [UInt8] = []
+        var clientGone = false
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while !isStopped {
+            if !clientGone {
+                var descriptor = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
+                if poll(&descriptor, 1, 10) > 0 {
+                    let count = read(client, &buffer, buffer.count)
+                    if count > 0 { held += buffer[0..<count] } else { clientGone = true }
+                }
+            } else {
+                usleep(10_000)  // waits for a release; the loop ends with the relay's stop
+            }
+            if !held.isEmpty, !state.withLock({ $0.holding }) {
+                _ = held.withUnsafeBytes { send(upstream, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                held = []
+            }
+            if clientGone, held.isEmpty { break }
+        }
+        finished.done.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// Member to client, as it comes; once the client has left, the member's answer is read and dropped until it
+    /// has been quiet for ``linger``.
+    private func answer(from upstream: Int32, to client: Int32, finished: Finished) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var quietSince = ContinuousClock.now
+        while !isStopped {
+            var descriptor = pollfd(fd: upstream, events: Int16(POLLIN), revents: 0)
+            if poll(&descriptor, 1, 50) > 0 {
+                let count = read(upstream, &buffer, buffer.count)
+                guard count > 0 else { break }
+                if finished.done.load(ordering: .sequentiallyConsistent) {
+                    state.withLock { $0.lateAnswers += 1 }
+                }
+                _ = send(client, buffer, count, Int32(MSG_NOSIGNAL))
+                quietSince = .now
+            } else if finished.done.load(ordering: .sequentiallyConsistent),
+                ContinuousClock.now - quietSince > Self.linger
+            {
+                break
+            }
+        }
+        state.withLock { $0.descriptors.subtract([client, upstream]) }
+        close(client)
+        close(upstream)
+    }
+}
