@@ -540,4 +540,44 @@ struct BrokerMachineClusterTests {
         node.machine.applyClusterChanges([Self.stamp(proposed + -5, revision: 51)], now: node.now)
         #expect(!Self.hasPublication(node.effects()))
     }
+
+    /// A join's replay of etcd's history publishes each user's record as the replay leaves it, once the node is
+    /// live, not every record the history went through: carol's online, busy and away at revisions 40, 42 and 43
+    /// come out as one record, away at seq 1043 (what the nodes that watched published last), after bob's at 1041.
+    @Test func aReplayPublishesEachUsersLastRecordWhenTheNodeIsLive() throws {
+        var node = Scripted(cluster: true)
+        let carol = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "3")
+        let bob = ClusterKeys.SessionKey(incarnation: Self.incarnation, id: "4")
+        func session(_ user: String, _ status: Status, at time: Int64) -> String {
+            ClusterValues.encode(
+                PresenceCore.SessionDescription(user: user.id, status: status), at: BrokerTime(milliseconds: time))
+        }
+        func published(_ effects: [BrokerMachine.Effect]) -> [String] {
+            effects.compactMap { effect in
+                guard case .publish(let record) = effect else { return nil }
+                return "\(record.user) \(record.status) \(record.seq)"
+            }
+        }
+        node.machine.clusterReported(
+            [
+                .replayed([
+                    .sessionPut(carol, value: session("carol", .online, at: 10), revision: 40),
+                    .sessionPut(bob, value: session("bob", .online, at: 11), revision: 41),
+                ]),
+                .replayed([
+                    .sessionPut(carol, value: session("carol", .busy, at: 12), revision: 42),
+                    .sessionPut(carol, value: session("carol", .away, at: 13), revision: 43),
+                ]),
+            ],
+            acceptsSessions: false, seqBase: 1_000, now: node.now)
+        #expect(published(node.effects()).isEmpty)
+        node.machine.clusterReported([.state(.live(lease: 7))], acceptsSessions: true, seqBase: 1_000, now: node.now)
+        #expect(published(node.effects()) == ["bob online 1041", "carol away 1043"])
+        // Changes after the replay are published one by one again.
+        node.machine.clusterReported(
+            [.changes([.sessionPut(carol, value: session("carol", .online, at: 14), revision: 44)])],
+            acceptsSessions: true, seqBase: 1_000, now: node.now)
+        #expect(published(node.effects()) == ["carol online 1044"])
+    }
+
 }

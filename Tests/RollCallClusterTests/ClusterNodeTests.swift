@@ -16,8 +16,10 @@ final class NodeRecorder: Sendable {
     var changes: [(at: ContinuousClock.Instant, change: ClusterReplica.Change)] {
         notifications.withLock { all in
             all.flatMap { entry -> [(at: ContinuousClock.Instant, change: ClusterReplica.Change)] in
-                if case .changes(let changes) = entry.1 { return changes.map { (entry.at, $0) } }
-                return []
+                switch entry.1 {
+                case .changes(let changes), .replayed(let changes): return changes.map { (entry.at, $0) }
+                default: return []
+                }
             }
         }
     }

@@ -46,6 +46,17 @@ final class ClusterFixture {
         try CommandClient(endpoint: nodes[index].command, timeoutMilliseconds: timeoutMilliseconds)
     }
 
+    /// Starts one more node, `name`, on every etcd member; returns its index once it is live.
+    func startNode(_ name: String) throws -> Int {
+        let url = "etcd://" + etcd.members.map(\.endpoint).joined(separator: ",")
+        nodes.append(
+            try BrokerProcess(
+                executable: ChildProcess.rollcall,
+                arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"]))
+        try waitForState(nodes.count - 1, .live)
+        return nodes.count - 1
+    }
+
     /// A subscriber of `user` on node `index`, once its subscription is known to be in place (its last value came).
     func subscriber(_ index: Int, _ user: UserID) throws -> RecordLog {
         let subscriber = try PresenceSubscriber(endpoint: nodes[index].update)
@@ -127,6 +138,42 @@ extension Integration {
         func hello(_ user: UserID, _ status: Status = .online) -> PresenceCore.Hello {
             // A long TTL: these clients do not heartbeat.
             PresenceCore.Hello(user: user, status: status, ttlMilliseconds: 600_000)
+        }
+
+        /// A node started after the users' changes publishes their records as the nodes that watched them did,
+        /// `seq`, `since` and `last_seen` included (issue #21, item 1): it replays etcd's history rather than
+        /// reading a snapshot. Alice's text changed after her status (her `since` is the status's), bob said bye
+        /// (a snapshot has no key of his session any more). `last_seen` of an available user is left out: it is
+        /// each node's time of the answer (protocol §17.5).
+        @Test func aNodeStartedLaterPublishesTheSameRecords() throws {
+            let cluster = try ClusterFixture(nodes: ["a", "b"])
+            let a = try cluster.client(0)
+            let aliceSession = try a.hello(hello(alice)).session
+            try a.setStatus(aliceSession, .busy, text: "first")
+            try a.setStatus(aliceSession, .busy, text: "second")
+            let bobSession = try a.hello(hello(bob)).session
+            try a.bye(bobSession)
+            let b = try cluster.client(1)
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try b.query([alice, bob]).values.map({ "\($0.text ?? "") \($0.reason.map { "\($0)" } ?? "")" }).sorted()
+                != [" bye", "second "]
+            {
+                guard ContinuousClock.now < deadline else { throw TestFailure("node b did not see the changes") }
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            let c = try cluster.client(try cluster.startNode("c"))
+            func comparable(_ records: [UserID: PresenceRecord]) -> [UserID: PresenceRecord] {
+                records.mapValues { record in
+                    var record = record
+                    if record.status.isAvailable { record.lastSeen = nil }
+                    return record
+                }
+            }
+            let onB = comparable(try b.query([alice, bob]))
+            let onC = comparable(try c.query([alice, bob]))
+            print("cluster: on node b: \(onB.values.map(FaultChecker.describe).sorted())")
+            print("cluster: on node c, started later: \(onC.values.map(FaultChecker.describe).sorted())")
+            #expect(onC == onB)
         }
 
         /// A change made on one node reaches subscribers on every node as the same record with the same seq; a

@@ -35,6 +35,9 @@ struct ClusterSide {
     /// Changes not applied yet, in etcd's order: from the first revision that ends a lost incarnation's sessions
     /// without a stamp known, until that stamp comes (or ``lossStampWaitMilliseconds`` passes).
     var held: [ClusterReplica.Change] = []
+    /// Each user's last record of a join's replay, published once the replay is over
+    /// (``BrokerMachine/setReplayedRecordsAside(since:)``).
+    var replayedRecords: [UserID: BrokerMachine.Effect] = [:]
     /// When the held changes are applied with this node's proposed time if no stamp has come.
     var holdUntil: BrokerTime?
     /// How long a node holds a loss's ends for its stamp. One etcd round trip is milliseconds; the wait runs out
@@ -113,12 +116,18 @@ extension BrokerMachine {
         for notification in notifications {
             switch notification {
             case .state(let state):
+                if state.isLive { publishReplayedRecords() }
                 guard clusterStateChanged(to: state, now: now), case .cluster(let side) = publishing else { continue }
                 effects.append(
                     .notice("cluster node \(side.standing.state.rawValue)", ["node": side.nodeID, "state": "\(state)"]))
                 effects.append(.publishHeartbeat)
             case .changes(let changes):
+                publishReplayedRecords()
                 applyClusterChanges(changes, now: now)
+            case .replayed(let changes):
+                let first = effects.count
+                applyClusterChanges(changes, now: now)
+                setReplayedRecordsAside(since: first)
             case .writeFailed(let write, let reason):
                 effects.append(.warning("a write to etcd was dropped", ["write": "\(write)", "reason": reason]))
                 clusterWriteFailed(write, now: now)
@@ -231,6 +240,40 @@ extension BrokerMachine {
             kept.append(effects[index])
         }
         effects = kept
+    }
+
+    /// Takes the records among the effects from `first` on out, keeping each user's last aside: a join's replay of
+    /// etcd's history (``ClusterNode/Notification/replayed(_:)``) publishes each user's record as the replay leaves
+    /// it, once, not every record the history went through (subscribers of a node that starts or joins again would
+    /// see old records go by, below the `seq`s they already have).
+    private mutating func setReplayedRecordsAside(since first: Int) {
+        guard effects.count > first else { return }
+        var kept = Array(effects[..<first])
+        for effect in effects[first...] {
+            switch effect {
+            case .publish(let record), .publishViews(let record):
+                withCluster { $0.replayedRecords[record.user] = effect }
+            default:
+                kept.append(effect)
+            }
+        }
+        effects = kept
+    }
+
+    /// Publishes the records a replay set aside, in `seq` order: when the node is live, or when changes that are
+    /// not a replay come (the replay gave up for a snapshot).
+    private mutating func publishReplayedRecords() {
+        guard let records = withCluster({ side in
+            defer { side.replayedRecords = [:] }
+            return side.replayedRecords
+        }), !records.isEmpty else { return }
+        func seq(_ effect: Effect) -> UInt64 {
+            switch effect {
+            case .publish(let record), .publishViews(let record): record.seq
+            default: 0
+            }
+        }
+        effects += records.values.sorted { seq($0) < seq($1) }
     }
 
     /// Asks etcd to stamp these losses with this node's time (the first node's stamp wins) and starts the wait.

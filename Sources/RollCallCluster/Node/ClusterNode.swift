@@ -67,6 +67,10 @@ public final class ClusterNode: Sendable {
         case state(NodeMembership.State)
         /// Changes of the cluster, in etcd's order, each with its revision.
         case changes([ClusterReplica.Change])
+        /// Changes of etcd's history that a join replays (``Worker/replay(to:)``), in order, before the node reports
+        /// `live`: the owner applies them as it would ``changes(_:)``, and may publish only each user's last record
+        /// of them (history its subscribers need not see again).
+        case replayed([ClusterReplica.Change])
         /// A write failed and was dropped (etcd refused it, or the node stopped).
         case writeFailed(Write, String)
     }
@@ -276,8 +280,8 @@ public final class ClusterNode: Sendable {
                 }
             case .register(let lease):
                 do {
-                    try register(lease: lease)
-                    let revision = try resync()
+                    let registered = try register(lease: lease)
+                    let revision = try resync(replayingTo: registered)
                     perform(membership.handle(.snapshotLoaded(revision: revision, nowMs: sent)))
                     // Only at this process's first join: a rejoin revoking "previous" incarnations would revoke a
                     // live process that shares the node id, which would revoke back, for ever.
@@ -323,8 +327,8 @@ public final class ClusterNode: Sendable {
         }
 
         /// Writes the incarnation's key and the node's live sessions under `lease`, in one transaction, with the
-        /// cluster's seq base if no node wrote it before.
-        mutating func register(lease: Int64) throws {
+        /// cluster's seq base if no node wrote it before; returns the transaction's revision.
+        mutating func register(lease: Int64) throws -> Int64 {
             if hasJoined { node.configuration.beforeRejoin?() }
             // Writes queued while the node was not live come first: a session they end is not written again (it
             // would come back online under the new lease), nor one whose client was refused and moved on; one they
@@ -350,12 +354,18 @@ public final class ClusterNode: Sendable {
             self.lease = lease
             fence = written.revision
             node.shared.withLock { $0.incarnation = incarnation }
+            return written.revision
         }
 
-        /// Reads a snapshot, hands the differences to the owner, and starts a new watch just after it.
-        mutating func resync() throws -> Int64 {
+        /// Brings the copy up to date and watches from there on; returns the revision it is at. A join
+        /// (`replayingTo` its own transaction's revision) replays etcd's history from where the copy is, as a node
+        /// that watched all along saw it, if etcd still has it and it is short enough (``replay(to:)``); otherwise,
+        /// and after a compaction, the copy reads a snapshot, hands the differences to the owner, and starts a new
+        /// watch just after it.
+        mutating func resync(replayingTo target: Int64? = nil) throws -> Int64 {
             watch?.cancel()
             watch = nil
+            if let target, replay(to: target) { return replica.revision }
             let snapshot = try client.snapshot(prefix: keys.prefix)
             let changes = replica.load(snapshot: snapshot.kvs, revision: snapshot.revision)
             let base = replica.seqBase
@@ -367,6 +377,56 @@ public final class ClusterNode: Sendable {
                 target.work.signal()
             }
             return snapshot.revision
+        }
+
+        /// The most revisions a join replays rather than reading a snapshot.
+        static let maxReplayRevisions: Int64 = 50_000
+
+        /// Replays etcd's history from the copy's revision to `target` through a watch that stays on afterwards: the
+        /// node then publishes every record as the nodes that watched all along did, byte for byte, `seq`, `since`
+        /// and `last_seen` included, whether it starts late or joins again after a cut-off (a snapshot knows the keys,
+        /// not when each user's record last changed: docs/cluster.md, weakness 10). Gives up, cancelling the watch,
+        /// if that history is longer than ``maxReplayRevisions``, compacted, or not through within a quarter of the
+        /// lease (the lease has no renewal while the worker replays): the caller then reads a snapshot, and the
+        /// changes replayed so far are simply its starting point.
+        mutating func replay(to target: Int64) -> Bool {
+            let from = replica.revision
+            guard target - from <= Self.maxReplayRevisions else { return false }
+            // A read at the first revision to replay fails if etcd compacted it.
+            guard (try? client.range(keys.key(.cluster), revision: from + 1)) != nil else { return false }
+            let owner = node
+            watch = client.watch(prefix: keys.prefix, from: from + 1) { update in
+                owner.shared.withLock { $0.watchUpdates.append(update) }
+                owner.work.signal()
+            }
+            let deadline = ContinuousClock.now + .milliseconds(node.configuration.membership.leaseMs / 4)
+            var compacted = false
+            while replica.revision < target, !compacted, ContinuousClock.now < deadline {
+                _ = node.work.wait(timeout: .now() + .milliseconds(5))
+                let updates = node.shared.withLock { shared in
+                    defer { shared.watchUpdates = [] }
+                    return shared.watchUpdates
+                }
+                for update in updates {
+                    switch update {
+                    case .events(let events):
+                        let changes = replica.apply(events)
+                        // The base comes with the cluster's first join, before any change that needs it.
+                        if let base = replica.seqBase { node.shared.withLock { $0.seqBase = base } }
+                        if !changes.isEmpty { node.notify(.replayed(changes)) }
+                    case .compacted:
+                        compacted = true
+                    case .progress, .connected, .disconnected:
+                        break
+                    }
+                }
+            }
+            guard replica.revision >= target else {
+                watch?.cancel()
+                watch = nil
+                return false
+            }
+            return true
         }
 
         /// Revokes the leases of this node's earlier runs still in etcd (it restarted before they ran out): their
