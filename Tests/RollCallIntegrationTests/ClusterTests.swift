@@ -155,7 +155,8 @@ extension Integration {
             try a.bye(bobSession)
             let b = try cluster.client(1)
             let deadline = ContinuousClock.now + .seconds(10)
-            while try b.query([alice, bob]).values.map({ "\($0.text ?? "") \($0.reason.map { "\($0)" } ?? "")" }).sorted()
+            while try b.query([alice, bob]).values.map({ "\($0.text ?? "") \($0.reason.map { "\($0)" } ?? "")" })
+                .sorted()
                 != [" bye", "second "]
             {
                 guard ContinuousClock.now < deadline else { throw TestFailure("node b did not see the changes") }

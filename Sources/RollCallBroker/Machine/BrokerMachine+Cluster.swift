@@ -263,10 +263,12 @@ extension BrokerMachine {
     /// Publishes the records a replay set aside, in `seq` order: when the node is live, or when changes that are
     /// not a replay come (the replay gave up for a snapshot).
     private mutating func publishReplayedRecords() {
-        guard let records = withCluster({ side in
-            defer { side.replayedRecords = [:] }
-            return side.replayedRecords
-        }), !records.isEmpty else { return }
+        guard
+            let records = withCluster({ side in
+                defer { side.replayedRecords = [:] }
+                return side.replayedRecords
+            }), !records.isEmpty
+        else { return }
         func seq(_ effect: Effect) -> UInt64 {
             switch effect {
             case .publish(let record), .publishViews(let record): record.seq

@@ -386,9 +386,10 @@ public final class ClusterNode: Sendable {
         /// node then publishes every record as the nodes that watched all along did, byte for byte, `seq`, `since`
         /// and `last_seen` included, whether it starts late or joins again after a cut-off (a snapshot knows the keys,
         /// not when each user's record last changed: docs/cluster.md, weakness 10). Gives up, cancelling the watch,
-        /// if that history is longer than ``maxReplayRevisions``, compacted, or not through within a quarter of the
-        /// lease (the lease has no renewal while the worker replays): the caller then reads a snapshot, and the
-        /// changes replayed so far are simply its starting point.
+        /// if that history is longer than ``maxReplayRevisions``, compacted, or not through within half the lease
+        /// (nothing renews the lease while the worker replays: its first renewal, due a third of the lease after the
+        /// grant, then goes at once, with half the lease to spare): the caller then reads a snapshot, and the changes
+        /// replayed so far are simply its starting point.
         mutating func replay(to target: Int64) -> Bool {
             let from = replica.revision
             guard target - from <= Self.maxReplayRevisions else { return false }
@@ -399,7 +400,7 @@ public final class ClusterNode: Sendable {
                 owner.shared.withLock { $0.watchUpdates.append(update) }
                 owner.work.signal()
             }
-            let deadline = ContinuousClock.now + .milliseconds(node.configuration.membership.leaseMs / 4)
+            let deadline = ContinuousClock.now + .milliseconds(node.configuration.membership.leaseMs / 2)
             var compacted = false
             while replica.revision < target, !compacted, ContinuousClock.now < deadline {
                 _ = node.work.wait(timeout: .now() + .milliseconds(5))
