@@ -53,8 +53,9 @@ extension Integration {
         }
 
         /// Random frames, random bytes and mutated valid requests, seeded and bounded, leave the broker answering,
-        /// presence exactly as the valid traffic made it, and memory on a plateau: a second round of the same size
-        /// grows it by far less than the first (which includes what the allocator keeps).
+        /// presence exactly as the valid traffic made it, and memory on a plateau: of two halves of the same size,
+        /// one grows it by far less than the other. What the allocator keeps (one step of about 35 MiB) usually comes
+        /// in the first half, but on a loaded machine it came in the second once; a leak grows both alike.
         @Test func fuzz() async throws {
             let broker = try BrokerProcess(executable: ChildProcess.rollcall, arguments: [])
             defer { broker.stop() }
@@ -117,7 +118,7 @@ extension Integration {
             print(
                 "fuzz: \(messages) messages (seed 20261121); broker RSS grew \(first / 1_024) KiB in the first half, "
                     + "\(second / 1_024) KiB in the second")
-            #expect(second < first / 2 + 4 * 1_048_576)
+            #expect(min(first, second) < max(first, second) / 2 + 4 * 1_048_576)
             #expect(try truth.ping().epoch.isEmpty == false)
         }
     }

@@ -38,6 +38,11 @@ struct ClusterSide {
     /// Each user's last record of a join's replay, published once the replay is over
     /// (``BrokerMachine/setReplayedRecordsAside(since:)``).
     var replayedRecords: [UserID: BrokerMachine.Effect] = [:]
+    /// Whether a join's replay is under way: a new subscriber then gets its user's record when the replay is over,
+    /// not the history's record of the moment (``awaitingReplay``).
+    var replaying = false
+    /// Users whose new subscribers came during a replay.
+    var awaitingReplay: Set<UserID> = []
     /// When the held changes are applied with this node's proposed time if no stamp has come.
     var holdUntil: BrokerTime?
     /// How long a node holds a loss's ends for its stamp. One etcd round trip is milliseconds; the wait runs out
@@ -116,15 +121,16 @@ extension BrokerMachine {
         for notification in notifications {
             switch notification {
             case .state(let state):
-                if state.isLive { publishReplayedRecords() }
+                if state.isLive { publishReplayedRecords(now: now) }
                 guard clusterStateChanged(to: state, now: now), case .cluster(let side) = publishing else { continue }
                 effects.append(
                     .notice("cluster node \(side.standing.state.rawValue)", ["node": side.nodeID, "state": "\(state)"]))
                 effects.append(.publishHeartbeat)
             case .changes(let changes):
-                publishReplayedRecords()
+                publishReplayedRecords(now: now)
                 applyClusterChanges(changes, now: now)
             case .replayed(let changes):
+                withCluster { $0.replaying = true }
                 let first = effects.count
                 applyClusterChanges(changes, now: now)
                 setReplayedRecordsAside(since: first)
@@ -260,14 +266,19 @@ extension BrokerMachine {
         effects = kept
     }
 
-    /// Publishes the records a replay set aside, in `seq` order: when the node is live, or when changes that are
-    /// not a replay come (the replay gave up for a snapshot).
-    private mutating func publishReplayedRecords() {
+    /// Publishes the records a replay set aside, in `seq` order, then the records of users who got a new
+    /// subscriber during the replay and had none set aside: when the node is live, or when changes that are not a
+    /// replay come (the replay gave up for a snapshot).
+    private mutating func publishReplayedRecords(now: BrokerTime) {
         guard
-            let records = withCluster({ side in
-                defer { side.replayedRecords = [:] }
-                return side.replayedRecords
-            }), !records.isEmpty
+            let (records, awaiting) = withCluster({ side in
+                defer {
+                    side.replaying = false
+                    side.replayedRecords = [:]
+                    side.awaitingReplay = []
+                }
+                return (side.replayedRecords, side.awaitingReplay)
+            })
         else { return }
         func seq(_ effect: Effect) -> UInt64 {
             switch effect {
@@ -276,6 +287,9 @@ extension BrokerMachine {
             }
         }
         effects += records.values.sorted { seq($0) < seq($1) }
+        for user in awaiting.sorted() where records[user] == nil {
+            replay(.presence(user), now: now)
+        }
     }
 
     /// Asks etcd to stamp these losses with this node's time (the first node's stamp wins) and starts the wait.

@@ -307,6 +307,14 @@ struct BrokerMachine {
     mutating func replay(_ topic: Topic, now: BrokerTime) {
         switch topic {
         case .presence(let user):
+            // During a join's replay the view is somewhere in etcd's history: the record comes when it is over.
+            let afterTheReplay =
+                withCluster { side in
+                    guard side.replaying else { return false }
+                    side.awaitingReplay.insert(user)
+                    return true
+                } ?? false
+            if afterTheReplay { return }
             let record = published.record(of: user, now: now)
             effects.append(published.restricts(user) ? .publishViews(record) : .publish(record))
         case .group(let group):
