@@ -67,15 +67,15 @@ final class HoldingRelay: Sendable {
     /// What was held, and what comes later, goes on to the member.
     func release() { state.withLock { $0.holding = false } }
 
-    /// Closes every connection and the listener.
+    /// Closes every connection and the listener. Descriptors are shut down and closed under the lock only, so that
+    /// none is touched after its number went to another socket of the process.
     func stop() {
-        let descriptors = state.withLock { state in
+        state.withLock { state in
             state.stopped = true
-            return state.descriptors
+            for descriptor in state.descriptors { shutdown(descriptor, Int32(SHUT_RDWR)) }
         }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
-        for descriptor in descriptors { shutdown(descriptor, Int32(SHUT_RDWR)) }
     }
 
     private var isStopped: Bool { state.withLock { $0.stopped } }
@@ -122,7 +122,8 @@ final class HoldingRelay: Sendable {
     }
 
     /// Member to client, as it comes; once the client has left, the member's answer is read and dropped until it
-    /// has been quiet for ``linger``.
+    /// has been quiet for ``linger``. Closes the connection's two descriptors once ``forward(from:to:finished:)``
+    /// is done with them.
     private func answer(from upstream: Int32, to client: Int32, finished: Finished) {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var quietSince = ContinuousClock.now
@@ -142,8 +143,12 @@ final class HoldingRelay: Sendable {
                 break
             }
         }
-        state.withLock { $0.descriptors.subtract([client, upstream]) }
-        close(client)
-        close(upstream)
+        shutdown(client, Int32(SHUT_RDWR))  // the forwarding side sees its client gone
+        while !finished.done.load(ordering: .sequentiallyConsistent) { usleep(1_000) }
+        state.withLock { state in
+            state.descriptors.subtract([client, upstream])
+            close(client)
+            close(upstream)
+        }
     }
 }
