@@ -306,12 +306,8 @@ extension EtcdBacked {
                 if case .sessionEnded(let key, .ended, _) = $0 { key.id == "s1" } else { false }
             }
             relay.release()
-            let deadline = ContinuousClock.now + .seconds(10)
-            while relay.lateAnswers == 0 {
-                guard ContinuousClock.now < deadline else {
-                    throw ClusterTestFailure("member 0 did not answer the held put within 10 s")
-                }
-                try await Task.sleep(for: .milliseconds(5))
+            guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                throw ClusterTestFailure("member 0 did not answer the held put within 10 s")
             }
             // Everything before this write has reached node b once it has.
             a.node.write(.putSession(id: "s2", value: "bob", user: nil))

@@ -18,21 +18,22 @@ final class HoldingRelay: Sendable {
     private let upstreamPort: Int
     private let listener: Int32
     private let state = Mutex(State())
+    /// Broadcast when the relay releases or stops (what a held connection waits for).
+    private let changed = NSCondition()
+    /// Signalled with each late answer (``waitForLateAnswer(timeout:)``).
+    private let lateAnswer = DispatchSemaphore(value: 0)
 
     private struct State {
         var holding = false
         var stopped = false
         var descriptors: Set<Int32> = []
-        var lateAnswers = 0
     }
 
     /// Whether one connection's client has left and nothing of it is held.
     private final class Finished: Sendable {
         let done = Atomic<Bool>(false)
+        let exited = DispatchSemaphore(value: 0)
     }
-
-    /// How many answers the member gave on connections whose client had left: late requests carried out.
-    var lateAnswers: Int { state.withLock { $0.lateAnswers } }
 
     /// How long a connection whose client left stays open for the member's answer.
     private static let linger: Duration = .seconds(5)
@@ -65,7 +66,21 @@ final class HoldingRelay: Sendable {
     func hold() { state.withLock { $0.holding = true } }
 
     /// What was held, and what comes later, goes on to the member.
-    func release() { state.withLock { $0.holding = false } }
+    func release() {
+        state.withLock { $0.holding = false }
+        wake()
+    }
+
+    /// Whether the member answered a request whose client had left, within `timeout`.
+    func waitForLateAnswer(timeout: Duration) -> Bool {
+        lateAnswer.wait(timeout: .now() + .milliseconds(Int(timeout / .milliseconds(1)))) == .success
+    }
+
+    private func wake() {
+        changed.lock()
+        changed.broadcast()
+        changed.unlock()
+    }
 
     /// Closes every connection and the listener. Descriptors are shut down and closed under the lock only, so that
     /// none is touched after its number went to another socket of the process.
@@ -76,6 +91,7 @@ final class HoldingRelay: Sendable {
         }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
+        wake()
     }
 
     private var isStopped: Bool { state.withLock { $0.stopped } }
@@ -110,7 +126,10 @@ final class HoldingRelay: Sendable {
                     if count > 0 { held += buffer[0..<count] } else { clientGone = true }
                 }
             } else {
-                usleep(10_000)  // waits for a release; the loop ends with the relay's stop
+                // The client left with something held: wait for the release, or the relay's stop.
+                changed.lock()
+                while state.withLock({ $0.holding && !$0.stopped }) { changed.wait() }
+                changed.unlock()
             }
             if !held.isEmpty, !state.withLock({ $0.holding }) {
                 _ = held.withUnsafeBytes { send(upstream, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -119,6 +138,7 @@ final class HoldingRelay: Sendable {
             if clientGone, held.isEmpty { break }
         }
         finished.done.store(true, ordering: .sequentiallyConsistent)
+        finished.exited.signal()
     }
 
     /// Member to client, as it comes; once the client has left, the member's answer is read and dropped until it
@@ -133,7 +153,7 @@ final class HoldingRelay: Sendable {
                 let count = read(upstream, &buffer, buffer.count)
                 guard count > 0 else { break }
                 if finished.done.load(ordering: .sequentiallyConsistent) {
-                    state.withLock { $0.lateAnswers += 1 }
+                    lateAnswer.signal()
                 }
                 _ = send(client, buffer, count, Int32(MSG_NOSIGNAL))
                 quietSince = .now
@@ -144,7 +164,7 @@ final class HoldingRelay: Sendable {
             }
         }
         shutdown(client, Int32(SHUT_RDWR))  // the forwarding side sees its client gone
-        while !finished.done.load(ordering: .sequentiallyConsistent) { usleep(1_000) }
+        finished.exited.wait()
         state.withLock { state in
             state.descriptors.subtract([client, upstream])
             close(client)
