@@ -142,6 +142,55 @@ enum ClusterValues {
         return String(decoding: writer.bytes, as: UTF8.self)
     }
 
+    /// One of a user's privacy choices as its key holds it, with the time the node took the edit (the time of the
+    /// records it freezes): `{"visibility":…,"last_seen":…,"at":…}` for the policy, `{"users":[…],"at":…}` for
+    /// the contacts and the blocks.
+    static func encode(_ field: ClusterKeys.PrivacyField, of choices: PrivacyChoices, at time: BrokerTime) -> String {
+        var writer = JSONWriter()
+        writer.beginObject()
+        switch field {
+        case .policy:
+            writer.key("visibility")
+            writer.string(choices.policy.visibility.rawValue)
+            writer.key("last_seen")
+            writer.string(choices.policy.lastSeen.rawValue)
+        case .contacts, .blocks:
+            writer.key("users")
+            writer.beginArray()
+            for user in (field == .contacts ? choices.contacts : choices.blocks).sorted() {
+                writer.string(user.rawValue)
+            }
+            writer.endArray()
+        }
+        writer.key("at")
+        writer.integer(time.milliseconds)
+        writer.endObject()
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
+    /// Reads one of a user's privacy choices into `choices`, and answers the time of the edit; `nil`, changing
+    /// nothing, if the value cannot be read.
+    static func decode(
+        _ field: ClusterKeys.PrivacyField, _ value: String, into choices: inout PrivacyChoices
+    ) -> BrokerTime? {
+        guard case .object(let fields)? = try? JSONParser.parse(value), let at = fields["at"]?.integer else {
+            return nil
+        }
+        switch field {
+        case .policy:
+            guard let visibility = fields["visibility"]?.string.flatMap(Audience.init(rawValue:)),
+                let lastSeen = fields["last_seen"]?.string.flatMap(Audience.init(rawValue:))
+            else { return nil }
+            choices.policy = PrivacyPolicy(visibility: visibility, lastSeen: lastSeen)
+        case .contacts, .blocks:
+            guard case .array(let items)? = fields["users"] else { return nil }
+            let users = items.compactMap { $0.string.flatMap(UserID.init(validating:)) }
+            guard users.count == items.count else { return nil }
+            if field == .contacts { choices.contacts = Set(users) } else { choices.blocks = Set(users) }
+        }
+        return BrokerTime(milliseconds: at)
+    }
+
     static func decodeMembers(_ value: String) -> [UserID]? {
         guard case .object(let fields)? = try? JSONParser.parse(value), case .array(let items)? = fields["members"]
         else { return nil }

@@ -54,6 +54,24 @@ extension PresenceCore {
     /// The users `user` blocks, sorted.
     public func blocks(of user: UserID) -> [UserID] { (privacy[user]?.blocks ?? []).sorted() }
 
+    /// What `user` chose: the policy and both lists.
+    public func choices(of user: UserID) -> PrivacyChoices {
+        guard let state = privacy[user] else { return PrivacyChoices() }
+        return PrivacyChoices(policy: state.policy, contacts: state.contacts, blocks: state.blocks)
+    }
+
+    /// Sets what `user` chose, whole, as a change of the cluster's store brings it (a node writes every privacy
+    /// edit as the user's whole choices): the same change as the ops', at `stamp`.
+    public mutating func setChoices(_ user: UserID, _ choices: PrivacyChoices, stamp: Stamp, now: BrokerTime) {
+        let state = privacy[user] ?? PrivacyState()
+        let candidates = state.contacts.union(state.blocks).union(choices.contacts).union(choices.blocks)
+        change(user, now: now, stamp: stamp, candidates: candidates) { state in
+            state.policy = choices.policy
+            state.contacts = choices.contacts
+            state.blocks = choices.blocks
+        }
+    }
+
     /// Sets either or both sides of the policy of `user` (neither: reads it). Answers the policy now in force.
     public mutating func setPrivacy(
         _ user: UserID, visibility: Audience?, lastSeen: Audience?, now: BrokerTime
@@ -73,7 +91,7 @@ extension PresenceCore {
         _ user: UserID, _ edit: ListEdit, now: BrokerTime
     ) -> Result<Int, PresenceError> {
         let state = privacy[user] ?? PrivacyState()
-        let result = edited(state.contacts, edit, of: user, what: "contacts")
+        let result = editedList(state.contacts, edit, of: user, what: "contacts")
         guard case .success(let contacts) = result else { return result.map(\.count) }
         setContacts(user, to: contacts, now: now)
         return .success(contacts.count)
@@ -117,14 +135,16 @@ extension PresenceCore {
     ) -> Result<Int, PresenceError> {
         if case .set = edit { return .failure(PresenceError(.badRequest, "block takes add or remove, not set")) }
         let state = privacy[user] ?? PrivacyState()
-        let result = edited(state.blocks, edit, of: user, what: "blocks")
+        let result = editedList(state.blocks, edit, of: user, what: "blocks")
         guard case .success(let blocks) = result else { return result.map(\.count) }
         change(user, now: now, candidates: state.contacts.union(state.blocks).union(blocks)) { $0.blocks = blocks }
         return .success(blocks.count)
     }
 
-    /// The list after `edit`, or why it is refused.
-    private func edited(
+    /// `list` (the contacts or the blocks of `user`, `what` saying which) after `edit`, or why op `contacts` or
+    /// `block` refuses it: a list naming a user twice or the user itself (`bad_request`), more than
+    /// ``Configuration/maxContacts`` users (`limit`).
+    public func editedList(
         _ list: Set<UserID>, _ edit: ListEdit, of user: UserID, what: String
     ) -> Result<Set<UserID>, PresenceError> {
         let names: [UserID]
@@ -158,9 +178,12 @@ extension PresenceCore {
 
     /// Applies a change to the privacy of `user`: reserves a seq, freezes the record for every viewer that loses
     /// sight and forgets it for every viewer that gets sight back. `candidates` names every viewer, in a list
-    /// before or after, whose sight the change may alter one by one; viewers in no list share the mask.
+    /// before or after, whose sight the change may alter one by one; viewers in no list share the mask. A change
+    /// from the cluster's store carries its `stamp`: the frozen records take its time, and the seq reserved is its
+    /// seq (at least), as ``refresh(_:now:reason:stamp:)`` gives a record, so that every node freezes the same records.
     private mutating func change(
-        _ user: UserID, now: BrokerTime, candidates: Set<UserID>, _ edit: (inout PrivacyState) -> Void
+        _ user: UserID, now: BrokerTime, stamp: Stamp? = nil, candidates: Set<UserID>,
+        _ edit: (inout PrivacyState) -> Void
     ) {
         let before = privacy[user] ?? PrivacyState()
         var state = before
@@ -169,11 +192,13 @@ extension PresenceCore {
         else { return }
         var frozen: PresenceRecord?
         if var record = users[user], record.seq > 0 {
-            record.seq = nextSeq(after: record.seq, now: now)
+            record.seq =
+                stamp.map { $0.seq == record.seq ? $0.seq : max(record.seq + 1, $0.seq) }
+                ?? nextSeq(after: record.seq, now: now)
             users[user] = record
             if tracksChanges { changedUsers.insert(user) }
             state.seq = record.seq
-            frozen = byeRecord(of: user, at: now, seq: record.seq)
+            frozen = byeRecord(of: user, at: stamp?.time ?? now, seq: record.seq)
         }
         var mask = before.mask
         if before.strangersSee && !state.strangersSee { mask = frozen }

@@ -41,6 +41,20 @@ public enum ListEdit: Sendable, Equatable {
     case remove([UserID])
 }
 
+/// What one user chose: the policy and both lists, without what the broker derives from them (the frozen records).
+/// What a node of a cluster writes to etcd for every privacy edit.
+public struct PrivacyChoices: Sendable, Equatable {
+    public var policy: PrivacyPolicy
+    public var contacts: Set<UserID>
+    public var blocks: Set<UserID>
+
+    public init(policy: PrivacyPolicy = PrivacyPolicy(), contacts: Set<UserID> = [], blocks: Set<UserID> = []) {
+        self.policy = policy
+        self.contacts = contacts
+        self.blocks = blocks
+    }
+}
+
 /// One user's privacy settings, as they are kept across restarts.
 public struct PrivacySettings: Sendable, Equatable {
     public var user: UserID

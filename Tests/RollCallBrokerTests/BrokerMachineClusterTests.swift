@@ -587,3 +587,114 @@ struct BrokerMachineClusterTests {
     }
 
 }
+
+/// Privacy on a node of a cluster (docs/privacy.md, "Clusters"): an edit is answered at once and the choice it
+/// changes written to etcd whole; every node applies it when etcd's history brings it back, with the write's time and
+/// revision.
+@Suite("Broker machine: privacy on a node of a cluster")
+struct BrokerMachineClusterPrivacyTests {
+    /// The privacy choices among the etcd writes, in order.
+    static func written(_ effects: [BrokerMachine.Effect]) -> [(key: ClusterKeys.PrivacyKey, value: String)] {
+        BrokerMachineClusterTests.writes(effects).compactMap { write in
+            guard case .putPrivacy(let key, let value) = write else { return nil }
+            return (key, value)
+        }
+    }
+
+    static func key(_ user: String, _ field: ClusterKeys.PrivacyField) -> ClusterKeys.PrivacyKey {
+        ClusterKeys.PrivacyKey(user: user, field: field)
+    }
+
+    static let zoe = Access.role(.user("zoe".id))
+
+    /// Two edits in a row on one node both hold (the second starts from what the first wrote, not from the view,
+    /// which has not heard of it yet); each writes the one choice it changes; nothing is applied before etcd brings
+    /// the writes back, and then hidden viewers get the record of the moment of the write.
+    @Test func editsAreWrittenAndAppliedWhenTheyComeBack() throws {
+        var node = Scripted(cluster: true)
+        _ = BrokerMachineClusterTests.carolOnline(on: &node)
+        #expect(
+            node.request(.contacts(user: "carol".id, .set(["bob".id])))
+                == .success(.listCount(name: "contacts", count: 1)))
+        #expect(
+            node.request(.contacts(user: "carol".id, .add(["dan".id])))
+                == .success(.listCount(name: "contacts", count: 2)))
+        #expect(
+            node.request(.privacy(user: "carol".id, visibility: .contacts, lastSeen: nil))
+                == .success(.privacy(PrivacyPolicy(visibility: .contacts))))
+        let written = Self.written(node.effects())
+        #expect(
+            written.map(\.key) == [
+                Self.key("carol", .contacts), Self.key("carol", .contacts), Self.key("carol", .policy),
+            ])
+        var choices = PrivacyChoices()
+        let times = written.map { ClusterValues.decode($0.key.field, $0.value, into: &choices) }
+        #expect(
+            choices == PrivacyChoices(policy: PrivacyPolicy(visibility: .contacts), contacts: ["bob".id, "dan".id]))
+        #expect(times.allSatisfy { $0 == node.now })
+        // Not applied yet: zoe still sees carol.
+        #expect(try node.query("carol", access: Self.zoe).first?.status == .online)
+
+        let madeAt = node.now
+        node.now = node.now + 40  // etcd's answer comes later; the records frozen take the write's time
+        node.machine.applyClusterChanges(
+            [
+                .privacyPut(written[2].key, value: written[2].value, revision: 50),
+                .privacyPut(written[1].key, value: written[1].value, revision: 51),
+            ], now: node.now)
+        let hidden = try #require(try node.query("carol", access: Self.zoe).first)
+        #expect(hidden.status == .offline && hidden.reason == .bye && hidden.sessions == 0)
+        #expect(hidden.seq == 1_051)
+        #expect(hidden.since == madeAt && hidden.lastSeen == madeAt)
+        #expect(try node.query("carol", access: .role(.user("dan".id))).first?.status == .online)
+        // The next edit starts from the view, which holds both now.
+        #expect(
+            node.request(.block(user: "carol".id, .add(["dan".id]))) == .success(.listCount(name: "blocks", count: 1)))
+        #expect(Self.written(node.effects()).map(\.key) == [Self.key("carol", .blocks)])
+        #expect(node.machine.published.contacts(of: "carol".id) == ["bob".id, "dan".id])
+    }
+
+    /// Two nodes fed the same history at different times of their own clocks show a hidden viewer the same record,
+    /// seq and times included: the one of the moment the write was made.
+    @Test func everyNodeFreezesTheSameRecord() throws {
+        var a = Scripted(cluster: true)
+        var b = Scripted(cluster: true)
+        b.now = a.now + 3_000
+        _ = BrokerMachineClusterTests.carolOnline(on: &a)
+        _ = BrokerMachineClusterTests.carolOnline(on: &b)
+        let value = ClusterValues.encode(
+            .policy, of: PrivacyChoices(policy: PrivacyPolicy(visibility: .nobody)), at: BrokerTime(milliseconds: 500))
+        let change = ClusterReplica.Change.privacyPut(Self.key("carol", .policy), value: value, revision: 60)
+        a.machine.applyClusterChanges([change], now: a.now)
+        b.machine.applyClusterChanges([change], now: b.now)
+        let onA = try #require(try a.query("carol", access: Self.zoe).first)
+        let onB = try #require(try b.query("carol", access: Self.zoe).first)
+        #expect(onA == onB)
+        #expect(onA.status == .offline && onA.seq == 1_060 && onA.since == BrokerTime(milliseconds: 500))
+    }
+
+    /// A bad edit is refused as on a single broker and writes nothing; a node cut off from etcd refuses edits (and
+    /// reads) of privacy with cluster_unavailable.
+    @Test func refusedEditsWriteNothing() throws {
+        var node = Scripted(cluster: true)
+        guard case .failure(let twice) = node.request(.contacts(user: "carol".id, .set(["bob".id, "bob".id]))) else {
+            Issue.record("a list naming bob twice was taken")
+            return
+        }
+        #expect(twice.code == .badRequest)
+        guard case .failure(let set) = node.request(.block(user: "carol".id, .set(["bob".id]))) else {
+            Issue.record("block with set was taken")
+            return
+        }
+        #expect(set.code == .badRequest)
+        #expect(Self.written(node.effects()).isEmpty)
+        node.machine.clusterNodeReads(acceptsSessions: false, seqBase: 1_000)
+        guard case .failure(let cutOff) = node.request(.privacy(user: "carol".id, visibility: .nobody, lastSeen: nil))
+        else {
+            Issue.record("a cut-off node took a privacy edit")
+            return
+        }
+        #expect(cutOff.code == .clusterUnavailable)
+        #expect(Self.written(node.effects()).isEmpty)
+    }
+}

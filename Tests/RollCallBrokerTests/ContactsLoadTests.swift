@@ -80,7 +80,8 @@ struct ContactsLoadTests {
         #expect(broker.machine.core.contacts(of: "bob".id).isEmpty)
     }
 
-    /// A node of a cluster keeps no contacts (op `contacts` is `unknown_op` there): a load is refused.
+    /// A node of a cluster takes contacts through op `contacts` only (a file would have to go to etcd whole, from
+    /// every node): a load is refused.
     @Test func clusterNodeRefuses() throws {
         var broker = Scripted(cluster: true)
         let result = broker.machine.loadContacts(try Self.lists("alice: bob"), now: broker.now)

@@ -23,6 +23,7 @@ import Testing
         #expect(keys.key(.lost(a)) == "/rollcall/v1/lost/a/10")
         for entry: ClusterKeys.Entry in [
             .node(a), .session(session), .user("ann"), .group("team"), .cluster, .lost(a),
+            .privacy(ClusterKeys.PrivacyKey(user: "ann", field: .contacts)),
         ] {
             #expect(keys.entry(keys.key(entry)) == entry)
         }
@@ -31,6 +32,7 @@ import Testing
         for stray in [
             "/rollcall/v2/users/ann", "/rollcall/v1/nodes/a", "/rollcall/v1/nodes/a/zz",
             "/rollcall/v1/sessions/a/10", "/rollcall/v1/users/", "/rollcall/v1/nodes/a b/10", "/other",
+            "/rollcall/v1/privacy/ann", "/rollcall/v1/privacy/ann/x", "/rollcall/v1/privacy//policy",
         ] {
             #expect(keys.entry(stray) == nil, "\(stray)")
         }
@@ -48,6 +50,31 @@ import Testing
         let snapshot = [EtcdKeyValue(key: keys.key(.lost(b)), value: "{\"at\":6}", modRevision: 11)]
         #expect(replica.load(snapshot: snapshot, revision: 12) == [.lossStamped(b, value: "{\"at\":6}", revision: 12)])
         #expect(replica.load(snapshot: [], revision: 13) == [.lossStampDeleted(b, revision: 13)])
+    }
+
+    /// A user's privacy choices come out as changes when written and when deleted, from the watch and from a
+    /// snapshot alike (a snapshot tells only what differs from the copy).
+    @Test func privacyChoicesAreChanges() {
+        let annPolicy = ClusterKeys.PrivacyKey(user: "ann", field: .policy)
+        let bobContacts = ClusterKeys.PrivacyKey(user: "bob", field: .contacts)
+        let bobBlocks = ClusterKeys.PrivacyKey(user: "bob", field: .blocks)
+        var replica = ClusterReplica()
+        #expect(
+            replica.apply([put(.privacy(annPolicy), "p1", at: 7)]) == [.privacyPut(annPolicy, value: "p1", revision: 7)]
+        )
+        #expect(replica.privacy == [annPolicy: "p1"])
+        #expect(replica.apply([delete(.privacy(annPolicy), at: 8)]) == [.privacyDeleted(annPolicy, revision: 8)])
+        #expect(replica.apply([delete(.privacy(annPolicy), at: 9)]).isEmpty)
+        _ = replica.apply([put(.privacy(bobContacts), "c1", at: 10), put(.privacy(bobBlocks), "b1", at: 10)])
+        let snapshot = [
+            EtcdKeyValue(key: keys.key(.privacy(bobContacts)), value: "c2"),
+            EtcdKeyValue(key: keys.key(.privacy(annPolicy)), value: "p2"),
+        ]
+        #expect(
+            replica.load(snapshot: snapshot, revision: 20) == [
+                .privacyPut(annPolicy, value: "p2", revision: 20), .privacyPut(bobContacts, value: "c2", revision: 20),
+                .privacyDeleted(bobBlocks, revision: 20),
+            ])
     }
 
     /// Sessions deleted in the same revision as their incarnation's key were lost with their node; a session its

@@ -9,15 +9,22 @@ import Testing
 final class ClusterFixture {
     let etcd: EtcdCluster
     let leaseMs: Int64
+    /// More arguments for every node (CURVE's, for one).
+    let arguments: [String]
+    /// The key the fixture's own clients use, with CURVE.
+    let credentials: CurveCredentials?
     private(set) var nodes: [BrokerProcess]
 
     /// Starts etcd and one node per name; `members(i)` names the etcd members node `i` may talk to (all by
     /// default). Returns once every node is live.
     init(
-        nodes names: [String] = ["a", "b", "c"], leaseMs: Int64 = 2_000, members: (Int) -> [Int]? = { _ in nil }
+        nodes names: [String] = ["a", "b", "c"], leaseMs: Int64 = 2_000, arguments: [String] = [],
+        credentials: CurveCredentials? = nil, members: (Int) -> [Int]? = { _ in nil }
     ) throws {
+        self.credentials = credentials
         etcd = try EtcdCluster(members: 3)
         self.leaseMs = leaseMs
+        self.arguments = arguments
         nodes = []
         do {
             for (index, name) in names.enumerated() {
@@ -26,7 +33,7 @@ final class ClusterFixture {
                 nodes.append(
                     try BrokerProcess(
                         executable: ChildProcess.rollcall,
-                        arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"]))
+                        arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"] + arguments))
             }
             for index in nodes.indices { try waitForState(index, .live) }
         } catch {
@@ -43,7 +50,8 @@ final class ClusterFixture {
     }
 
     func client(_ index: Int, timeoutMilliseconds: Int = 3_000) throws -> CommandClient {
-        try CommandClient(endpoint: nodes[index].command, timeoutMilliseconds: timeoutMilliseconds)
+        try CommandClient(
+            endpoint: nodes[index].command, timeoutMilliseconds: timeoutMilliseconds, credentials: credentials)
     }
 
     /// Starts one more node, `name`, on every etcd member; returns its index once it is live.
@@ -52,7 +60,7 @@ final class ClusterFixture {
         nodes.append(
             try BrokerProcess(
                 executable: ChildProcess.rollcall,
-                arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"]))
+                arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"] + arguments))
         try waitForState(nodes.count - 1, .live)
         return nodes.count - 1
     }
@@ -69,14 +77,24 @@ final class ClusterFixture {
     /// Waits until node `index` says, in `ping`, that it stands in `state`.
     func waitForState(_ index: Int, _ state: ClusterStanding.State, timeout: Duration = .seconds(15)) throws {
         let client = try client(index, timeoutMilliseconds: 500)
-        let deadline = ContinuousClock.now + timeout
         var last: ClusterStanding?
-        while ContinuousClock.now < deadline {
+        try Self.until("node \(index) \(state)", timeout: timeout, last: { String(describing: last) }) {
             last = (try? client.ping())?.cluster
-            if last?.state == state { return }
+            return last?.state == state ? true : nil
+        }
+    }
+
+    /// Asks `probe` every 20 ms until it answers, for at most `timeout`; then throws, saying `what` and `last()`.
+    @discardableResult
+    static func until<T>(
+        _ what: String, timeout: Duration = .seconds(10), last: () -> String = { "" }, _ probe: () throws -> T?
+    ) throws -> T {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let found = try probe() { return found }
             Thread.sleep(forTimeInterval: 0.02)
         }
-        throw TestFailure("node \(index) not \(state) within \(timeout); last: \(String(describing: last))")
+        throw TestFailure("not within \(timeout): \(what); last: \(last())")
     }
 }
 

@@ -43,6 +43,9 @@ struct ClusterSide {
     var replaying = false
     /// Users whose new subscribers came during a replay.
     var awaitingReplay: Set<UserID> = []
+    /// The privacy choices this node wrote and has not read back from etcd yet: the next edit on this node starts
+    /// from them, so that two edits in a row both hold (``BrokerMachine/editPrivacy(_:now:)``).
+    var writtenPrivacy: [ClusterKeys.PrivacyKey: String] = [:]
     /// When the held changes are applied with this node's proposed time if no stamp has come.
     var holdUntil: BrokerTime?
     /// How long a node holds a loss's ends for its stamp. One etcd round trip is milliseconds; the wait runs out
@@ -357,6 +360,10 @@ extension BrokerMachine {
             guard let id = GroupID(validating: group) else { return }
             let actions = withPublished { $0.ungroup(id, now: now).actions }
             publish(actions, now: now)
+        case .privacyPut(let key, let value, let revision):
+            applyClusterChoice(key, value: value, revision: revision, now: now)
+        case .privacyDeleted(let key, let revision):
+            applyClusterChoice(key, value: nil, revision: revision, now: now)
         case .lossStamped(let incarnation, let value, _):
             // Usually read before the loss it stamps, above; this keeps one that came after this node gave up waiting.
             if let ending = ClusterValues.decodeEnding(value) {
@@ -380,6 +387,13 @@ extension BrokerMachine {
     /// ends here too, as `node_lost` (its end is written, and its client learns it from `unknown_session` on its next
     /// request, then says hello again, here or on another node).
     mutating func clusterWriteFailed(_ write: ClusterNode.Write, now: BrokerTime) {
+        if case .putPrivacy(let key, let value) = write {
+            // The next edit starts from what etcd holds again.
+            withCluster { side in
+                if side.writtenPrivacy[key] == value { side.writtenPrivacy[key] = nil }
+            }
+            return
+        }
         guard case .putSession(let number, _, _) = write,
             let found = withCluster({ side in side.numbers.first { String($0.value) == number }?.key }),
             let session = found

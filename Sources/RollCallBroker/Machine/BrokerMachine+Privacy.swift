@@ -1,3 +1,4 @@
+import RollCallCluster
 import RollCallCore
 import RollCallWire
 
@@ -31,11 +32,7 @@ extension BrokerMachine {
     }
 
     mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
-        // The settings live in this node's core; a cluster would need them in etcd to hold on every node.
-        if case .cluster = publishing {
-            return .failure(
-                PresenceError(.unknownOp, "\(request.op) is not available on a node of a cluster (docs/privacy.md)"))
-        }
+        if case .cluster = publishing { return editClusterPrivacy(request, now: now) }
         let result: Result<Reply, PresenceError>
         let before: PrivacySnapshot
         switch request {
@@ -55,13 +52,110 @@ extension BrokerMachine {
         return result
     }
 
+    /// `privacy`, `contacts` and `block` on a node of a cluster: the edit is checked and answered here, against the
+    /// cluster's view and what this node wrote and has not read back yet, and the choice it changes (the policy, the
+    /// contacts or the blocks) is written whole to etcd, from where every node, this one included, applies it at the
+    /// write's revision, freezing the same records with the same seqs (docs/privacy.md, "Clusters").
+    private mutating func editClusterPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
+        // A node cut off from the cluster cannot vouch that its edit will hold, nor for what the user chose.
+        if let refusal = clusterRefusal { return .failure(refusal) }
+        let user: UserID
+        let field: ClusterKeys.PrivacyField
+        switch request {
+        case .privacy(let u, _, _): (user, field) = (u, .policy)
+        case .contacts(let u, _): (user, field) = (u, .contacts)
+        case .block(let u, _): (user, field) = (u, .blocks)
+        default: return .failure(PresenceError(.badRequest, "\(request.op) is not a privacy request"))
+        }
+        var current = published.choices(of: user)
+        withCluster { side in
+            for field in ClusterKeys.PrivacyField.allCases {
+                guard let value = side.writtenPrivacy[ClusterKeys.PrivacyKey(user: user.rawValue, field: field)]
+                else { continue }
+                _ = ClusterValues.decode(field, value, into: &current)
+            }
+        }
+        var choices = current
+        let result: Result<Reply, PresenceError>
+        switch request {
+        case .privacy(_, let visibility, let lastSeen):
+            if let visibility { choices.policy.visibility = visibility }
+            if let lastSeen { choices.policy.lastSeen = lastSeen }
+            result = .success(.privacy(choices.policy))
+        case .contacts(_, let edit):
+            result = published.editedList(current.contacts, edit, of: user, what: "contacts").map { contacts in
+                choices.contacts = contacts
+                return .listCount(name: "contacts", count: contacts.count)
+            }
+        case .block(_, let edit):
+            if case .set = edit { return .failure(PresenceError(.badRequest, "block takes add or remove, not set")) }
+            result = published.editedList(current.blocks, edit, of: user, what: "blocks").map { blocks in
+                choices.blocks = blocks
+                return .listCount(name: "blocks", count: blocks.count)
+            }
+        default:
+            return .failure(PresenceError(.badRequest, "\(request.op) is not a privacy request"))
+        }
+        guard case .success = result, choices != current else { return result }
+        let key = ClusterKeys.PrivacyKey(user: user.rawValue, field: field)
+        let value = ClusterValues.encode(field, of: choices, at: now)
+        withCluster { $0.writtenPrivacy[key] = value }
+        effects.append(.clusterWrite(.putPrivacy(key, value: value)))
+        return result
+    }
+
+    /// One of a user's privacy choices came from etcd (any node's edit, this one's included; `nil`: its key was
+    /// deleted, the default again): the view applies it at the write's revision and time, and each WebSocket
+    /// subscriber of the user whose view changed gets its new view.
+    mutating func applyClusterChoice(
+        _ key: ClusterKeys.PrivacyKey, value: String?, revision: Int64, now: BrokerTime
+    ) {
+        guard let user = UserID(validating: key.user) else { return }
+        var choices = published.choices(of: user)
+        let time: BrokerTime?
+        if let value {
+            time = ClusterValues.decode(key.field, value, into: &choices)
+        } else {
+            let defaults = PrivacyChoices()
+            switch key.field {
+            case .policy: choices.policy = defaults.policy
+            case .contacts: choices.contacts = defaults.contacts
+            case .blocks: choices.blocks = defaults.blocks
+            }
+            time = now  // deleted by hand: no node wrote a time
+        }
+        guard let time else {
+            effects.append(
+                .warning(
+                    "a user's privacy choice in etcd cannot be read; left out",
+                    ["user": key.user, "choice": key.field.rawValue]))
+            return
+        }
+        // Read in place: a copy of the side held across the edit below would copy the whole view.
+        guard
+            let (stamp, before) = withCluster({ side in
+                (
+                    PresenceCore.Stamp(time: time, seq: side.seq(at: revision)),
+                    side.view.privacySnapshot(of: user, now: now)
+                )
+            })
+        else { return }
+        withPublished { $0.setChoices(user, choices, stamp: stamp, now: now) }
+        effects.append(.resendViews(before))
+        withCluster { side in
+            if let value, side.writtenPrivacy[key] == value { side.writtenPrivacy[key] = nil }
+        }
+    }
+
     /// A contacts file (`--contacts-file`, read at start and on SIGHUP): sets the contacts of every user it lists, as
     /// op `contacts` with `set` would, and each WebSocket subscriber of such a user whose view changed gets its new
     /// view at once. Users the file does not list keep theirs. Checked whole first: a list the core would refuse
     /// refuses the file, changing nothing. Answers how many users' contacts changed.
     mutating func loadContacts(_ lists: [ContactList], now: BrokerTime) -> Result<Int, PresenceError> {
         if case .cluster = publishing {
-            return .failure(PresenceError(.unknownOp, "contacts are not available on a node of a cluster"))
+            return .failure(
+                PresenceError(
+                    .unknownOp, "a contacts file is not read on a node of a cluster: set contacts with op contacts"))
         }
         if let refusal = core.refusal(ofContacts: lists) { return .failure(refusal) }
         var changed = 0

@@ -7,6 +7,7 @@
 /// | `users/<user>` | the user's last record | none |
 /// | `lost/<node>/<incarnation>` | when a lost incarnation's sessions ended, stamped once (``Entry/lost(_:)``) | the writer's |
 /// | `groups/<group>` | the group's definition | none |
+/// | `privacy/<user>/<field>` | what the user chose (`policy`, `contacts`, `blocks`), and when (docs/privacy.md) | none |
 /// | `cluster` | the cluster's `seq` base: a decimal number, written once, by the first node to join | none |
 ///
 /// An incarnation is one run of a node: its lease id in hexadecimal. A node that restarts under the same name is a
@@ -45,12 +46,31 @@ public struct ClusterKeys: Sendable, Equatable {
         public var description: String { "\(incarnation)/\(id)" }
     }
 
+    /// One of a user's privacy choices: each is a key of its own, so that edits of different choices on different
+    /// nodes (the backend's contacts on one, the user's policy on another) do not overwrite each other.
+    public enum PrivacyField: String, Sendable, Hashable, CaseIterable {
+        case policy, contacts, blocks
+    }
+
+    /// The key of one of a user's privacy choices.
+    public struct PrivacyKey: Sendable, Hashable {
+        public var user: String
+        public var field: PrivacyField
+
+        public init(user: String, field: PrivacyField) {
+            self.user = user
+            self.field = field
+        }
+    }
+
     /// What a key names.
     public enum Entry: Sendable, Hashable {
         case node(Incarnation)
         case session(SessionKey)
         case user(String)
         case group(String)
+        /// One of a user's privacy choices, written whole by the node that took the edit.
+        case privacy(PrivacyKey)
         /// When a lost incarnation's sessions ended: written once, by the first node to see them go, in a
         /// transaction that fails if the key exists, so that every node publishes their ends with that one time.
         case lost(Incarnation)
@@ -64,6 +84,7 @@ public struct ClusterKeys: Sendable, Equatable {
         case .session(let session): prefix + "sessions/\(session)"
         case .user(let user): prefix + "users/\(user)"
         case .group(let group): prefix + "groups/\(group)"
+        case .privacy(let key): prefix + "privacy/\(key.user)/\(key.field.rawValue)"
         case .lost(let incarnation): prefix + "lost/\(incarnation)"
         case .cluster: prefix + "cluster"
         }
@@ -85,6 +106,10 @@ public struct ClusterKeys: Sendable, Equatable {
             return .user(String(parts[1]))
         case ("groups", 2) where !parts[1].isEmpty:
             return .group(String(parts[1]))
+        case ("privacy", 3) where !parts[1].isEmpty:
+            return PrivacyField(rawValue: String(parts[2])).map {
+                .privacy(PrivacyKey(user: String(parts[1]), field: $0))
+            }
         case ("cluster", 1):
             return .cluster
         default:

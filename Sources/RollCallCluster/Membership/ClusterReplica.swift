@@ -26,6 +26,10 @@ public struct ClusterReplica: Sendable, Equatable {
         case userDeleted(String, revision: Int64)
         case groupPut(String, value: String, revision: Int64)
         case groupDeleted(String, revision: Int64)
+        /// One of a user's privacy choices was written (``ClusterKeys/Entry/privacy(_:)``).
+        case privacyPut(ClusterKeys.PrivacyKey, value: String, revision: Int64)
+        /// One of a user's privacy choices was deleted (by hand: nodes write the defaults rather than delete).
+        case privacyDeleted(ClusterKeys.PrivacyKey, revision: Int64)
         /// The time a lost incarnation's sessions ended, as the first node to see them go wrote it
         /// (``ClusterKeys/Entry/lost(_:)``).
         case lossStamped(ClusterKeys.Incarnation, value: String, revision: Int64)
@@ -37,6 +41,7 @@ public struct ClusterReplica: Sendable, Equatable {
             case .incarnationStarted(_, _, let revision), .incarnationEnded(_, let revision),
                 .sessionPut(_, _, let revision), .sessionEnded(_, _, let revision), .userPut(_, _, let revision),
                 .userDeleted(_, let revision), .groupPut(_, _, let revision), .groupDeleted(_, let revision),
+                .privacyPut(_, _, let revision), .privacyDeleted(_, let revision),
                 .lossStamped(_, _, let revision), .lossStampDeleted(_, let revision):
                 revision
             }
@@ -48,6 +53,8 @@ public struct ClusterReplica: Sendable, Equatable {
     public private(set) var sessions: [ClusterKeys.SessionKey: String] = [:]
     public private(set) var users: [String: String] = [:]
     public private(set) var groups: [String: String] = [:]
+    /// The users' privacy choices (``ClusterKeys/Entry/privacy(_:)``).
+    public private(set) var privacy: [ClusterKeys.PrivacyKey: String] = [:]
     /// The stamps of lost incarnations' ends (``ClusterKeys/Entry/lost(_:)``).
     public private(set) var losses: [ClusterKeys.Incarnation: String] = [:]
     /// The revision the copy is at: everything up to it has been applied.
@@ -106,6 +113,7 @@ public struct ClusterReplica: Sendable, Equatable {
             case .session(let session): fresh.sessions[session] = kv.value
             case .user(let user): fresh.users[user] = kv.value
             case .group(let group): fresh.groups[group] = kv.value
+            case .privacy(let key): fresh.privacy[key] = kv.value
             case .lost(let incarnation): fresh.losses[incarnation] = kv.value
             // Written once; the base a node learned first stays, whatever the key says now (a later value, an
             // operator's mistake, must not move seqs back or apart between nodes).
@@ -150,6 +158,14 @@ public struct ClusterReplica: Sendable, Equatable {
         }
         for group in groups.keys.sorted() where fresh.groups[group] == nil {
             changes.append(.groupDeleted(group, revision: revision))
+        }
+        for (key, value) in fresh.privacy.sorted(by: { keys.key(.privacy($0.key)) < keys.key(.privacy($1.key)) })
+        where privacy[key] != value {
+            changes.append(.privacyPut(key, value: value, revision: revision))
+        }
+        for key in privacy.keys.sorted(by: { keys.key(.privacy($0)) < keys.key(.privacy($1)) })
+        where fresh.privacy[key] == nil {
+            changes.append(.privacyDeleted(key, revision: revision))
         }
         for incarnation in incarnations.keys.sorted(by: { $0.description < $1.description })
         where fresh.incarnations[incarnation] == nil {
@@ -200,6 +216,13 @@ public struct ClusterReplica: Sendable, Equatable {
                 changes.append(.groupPut(group, value: event.kv.value, revision: revision))
             case (.group(let group), .delete):
                 if groups.removeValue(forKey: group) != nil { changes.append(.groupDeleted(group, revision: revision)) }
+            case (.privacy(let key), .put):
+                privacy[key] = event.kv.value
+                changes.append(.privacyPut(key, value: event.kv.value, revision: revision))
+            case (.privacy(let key), .delete):
+                if privacy.removeValue(forKey: key) != nil {
+                    changes.append(.privacyDeleted(key, revision: revision))
+                }
             case (.lost(let incarnation), .put):
                 losses[incarnation] = event.kv.value
                 changes.append(.lossStamped(incarnation, value: event.kv.value, revision: revision))

@@ -47,6 +47,8 @@ public final class ClusterNode: Sendable {
         case putUser(id: String, record: String)
         case putGroup(id: String, definition: String)
         case deleteGroup(id: String)
+        /// One of a user's privacy choices, whole (``ClusterKeys/Entry/privacy(_:)``).
+        case putPrivacy(ClusterKeys.PrivacyKey, value: String)
         /// Stamps the end of a lost incarnation's sessions with `ending` (the user's-key JSON, `node_lost` and a time)
         /// unless a node stamped it before: a transaction of its own that succeeds only if the key
         /// ``ClusterKeys/Entry/lost(_:)`` does not exist, so the first writer wins and every node, this one included,
@@ -513,6 +515,8 @@ public final class ClusterNode: Sendable {
                 return [.put(key: keys.key(.group(id)), value: definition, lease: 0)]
             case .deleteGroup(let id):
                 return [.delete(key: keys.key(.group(id)), prefix: false)]
+            case .putPrivacy(let key, let value):
+                return [.put(key: keys.key(.privacy(key)), value: value, lease: 0)]
             case .stampLoss(let lost, let ending):
                 return [.put(key: keys.key(.lost(lost)), value: ending, lease: lease)]
             case .abandonIfRejoined:
