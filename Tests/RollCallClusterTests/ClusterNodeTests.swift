@@ -324,6 +324,134 @@ extension EtcdBacked {
             #expect(a.recorder.failedWrites.isEmpty)
         }
 
+        /// A join the node gave up on and its member carried out later changes nothing: a node that joins again
+        /// (its lease was revoked) writes its sessions again under the new lease, and a copy of that transaction held
+        /// until one of those sessions has ended does not bring it back. The member is reached through a relay that
+        /// holds the first of node a's requests that writes a session after the revocation: the join.
+        @Test func aLateCopyOfAJoinChangesNothing() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let relay = try HoldingRelay(upstreamPort: cluster.members[0].clientPort)
+            defer { relay.stop() }
+            let member = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
+            let a = try await startNode(
+                "a", endpoints: [EtcdEndpoint(host: "127.0.0.1", port: relay.port), member(1), member(2)])
+            defer { a.node.stop() }
+            let b = try await startNode("b", endpoints: [member(1), member(2), member(0)])
+            defer { b.node.stop() }
+            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
+            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
+            let first = try #require(a.node.incarnation)
+
+            // The prefix of node a's session keys is 24 bytes: its base64 is the start of every such key's.
+            relay.hold(matching: Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString())
+            try cluster.client().revoke(lease: first.lease)
+            try await b.recorder.wait(for: "s1 written again by node a's join, sent again to member 1") {
+                if case .sessionPut(let key, _, _) = $0 { key.id == "s1" && key.incarnation != first } else { false }
+            }
+            a.node.write(.endSession(id: "s1", user: nil))
+            try await b.recorder.wait(for: "s1's end under the new lease") {
+                if case .sessionEnded(let key, .ended, _) = $0 {
+                    key.id == "s1" && key.incarnation != first
+                } else {
+                    false
+                }
+            }
+            relay.release()
+            guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                throw ClusterTestFailure("member 0 did not answer the held join within 10 s")
+            }
+            // Everything before this write has reached node b once it has.
+            a.node.write(.putSession(id: "s2", value: "bob", user: nil))
+            try await b.recorder.wait(for: "s2") { isSession("s2", $0) }
+
+            let sessions = try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
+            #expect(sessions.kvs.map(\.value) == ["bob"])
+            #expect(a.recorder.failedWrites.isEmpty)
+        }
+
+        /// A join that failed on every member, carried out later by them, shows nothing: the node revokes that
+        /// lease once its next join has gone through. Three relays, one in front of each member, each hold node a's
+        /// first request that writes a session after its lease was revoked: the join under its second lease.
+        @Test func aFailedJoinCarriedOutLaterShowsNothing() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let relays = try cluster.members.map { try HoldingRelay(upstreamPort: $0.clientPort) }
+            defer { relays.forEach { $0.stop() } }
+            let member = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
+            // A 9 s lease: the second lease outlives the test, so that only its revocation can hide the late join.
+            let a = try await startNode(
+                "a", endpoints: relays.map { EtcdEndpoint(host: "127.0.0.1", port: $0.port) }, leaseMs: 9_000)
+            defer { a.node.stop() }
+            let b = try await startNode("b", endpoints: [member(1), member(2), member(0)])
+            defer { b.node.stop() }
+            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
+            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
+            let first = try #require(a.node.incarnation)
+
+            let sessionKeys = Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString()
+            for relay in relays { relay.hold(matching: sessionKeys, connections: 1) }
+            try cluster.client().revoke(lease: first.lease)
+            // The second lease's join is held by all three; the third lease's goes through.
+            try await b.recorder.wait(for: "s1 written again by node a's join under its third lease") {
+                if case .sessionPut(let key, _, _) = $0 { key.id == "s1" && key.incarnation != first } else { false }
+            }
+            let joined = try #require(a.node.incarnation)
+            for relay in relays { relay.release() }
+            for (index, relay) in relays.enumerated() {
+                guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                    throw ClusterTestFailure("member \(index) did not answer the held join within 10 s")
+                }
+            }
+            // Everything before this write has reached node b once it has.
+            a.node.write(.putSession(id: "s2", value: "bob", user: nil))
+            try await b.recorder.wait(for: "s2") { isSession("s2", $0) }
+
+            let sessions = try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
+            let prefix = ClusterKeys().prefix + "sessions/\(joined)/"
+            #expect(sessions.kvs.map(\.value).sorted() == ["ann", "bob"])
+            #expect(sessions.kvs.allSatisfy { $0.key.hasPrefix(prefix) }, "\(sessions.kvs.map(\.key))")
+            #expect(a.recorder.failedWrites.isEmpty)
+        }
+
+        /// A join carried out whose answer was lost is the node's join: the client sends it again to the next
+        /// member, which finds the incarnation's key there, and the node goes on under that lease (it does not join
+        /// once more under another, which would show its sessions twice until the first lease ran out).
+        @Test func aJoinWhoseAnswerWasLostIsTheJoin() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let relay = try HoldingRelay(upstreamPort: cluster.members[0].clientPort)
+            defer { relay.stop() }
+            let member = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
+            let a = try await startNode(
+                "a", endpoints: [EtcdEndpoint(host: "127.0.0.1", port: relay.port), member(1), member(2)])
+            defer { a.node.stop() }
+            let b = try await startNode("b", endpoints: [member(1), member(2), member(0)])
+            defer { b.node.stop() }
+            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
+            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
+            let first = try #require(a.node.incarnation)
+
+            relay.loseAnswers(matching: Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString())
+            try cluster.client().revoke(lease: first.lease)
+            let rewritten = { (change: ClusterReplica.Change) -> ClusterKeys.Incarnation? in
+                guard case .sessionPut(let key, _, _) = change, key.id == "s1", key.incarnation != first else {
+                    return nil
+                }
+                return key.incarnation
+            }
+            try await b.recorder.wait(for: "s1 written again by node a's join") { rewritten($0) != nil }
+            relay.release()
+            a.node.write(.putSession(id: "s2", value: "bob", user: nil))
+            try await b.recorder.wait(for: "s2") { isSession("s2", $0) }
+            let incarnations = b.recorder.changes.compactMap { rewritten($0.change) }
+            #expect(incarnations.count == 1, "s1 written again under \(incarnations)")
+            #expect(a.node.incarnation == incarnations.first)
+            let sessions = try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
+            #expect(sessions.kvs.map(\.value).sorted() == ["ann", "bob"])
+            #expect(a.recorder.failedWrites.isEmpty)
+        }
+
         /// A node whose key moved under it (a late copy of its own write, carried out after the ones it sent
         /// since) takes the key back and goes on writing: nothing waits for ever, nothing is dropped.
         @Test func aNodeWhoseKeyMovedWritesOn() async throws {

@@ -25,6 +25,12 @@ final class HoldingRelay: Sendable {
 
     private struct State {
         var holding = false
+        /// While holding: hold only the connections whose bytes contain this, once they do (`nil`: hold all).
+        var pattern: [UInt8]?
+        /// Whether a connection the pattern matches goes through, and the member's answer to it is lost instead.
+        var losesAnswers = false
+        /// How many more connections the pattern may hold (``hold(matching:connections:)``).
+        var connectionsLeft = Int.max
         var stopped = false
         var descriptors: Set<Int32> = []
     }
@@ -32,6 +38,8 @@ final class HoldingRelay: Sendable {
     /// Whether one connection's client has left and nothing of it is held.
     private final class Finished: Sendable {
         let done = Atomic<Bool>(false)
+        /// Whether the member's answers on this connection are dropped (``loseAnswers(matching:)``).
+        let answerLost = Atomic<Bool>(false)
         let exited = DispatchSemaphore(value: 0)
     }
 
@@ -63,12 +71,67 @@ final class HoldingRelay: Sendable {
     }
 
     /// From now on, what clients send stays in the relay.
-    func hold() { state.withLock { $0.holding = true } }
+    func hold() {
+        state.withLock { state in
+            state.holding = true
+            state.pattern = nil
+            state.losesAnswers = false
+        }
+    }
+
+    /// From now on, a connection whose bytes contain `pattern` (within one read) stays in the relay from those bytes
+    /// on; the others go through.
+    /// At most `connections` are held that way; later ones go through.
+    func hold(matching pattern: String, connections: Int = .max) {
+        state.withLock { state in
+            state.holding = true
+            state.pattern = Array(pattern.utf8)
+            state.losesAnswers = false
+            state.connectionsLeft = connections
+        }
+    }
+
+    /// From now on, a connection whose bytes contain `pattern` (within one read) goes through to the member, but
+    /// the member's answers on it never reach the client: a request carried out whose answer was lost.
+    func loseAnswers(matching pattern: String) {
+        state.withLock { state in
+            state.holding = true
+            state.pattern = Array(pattern.utf8)
+            state.losesAnswers = true
+        }
+    }
 
     /// What was held, and what comes later, goes on to the member.
     func release() {
-        state.withLock { $0.holding = false }
+        state.withLock { state in
+            state.holding = false
+            state.pattern = nil
+            state.losesAnswers = false
+        }
         wake()
+    }
+
+    /// Whether this connection's `pending` bytes stay in the relay; `matched`: whether the pattern matched it before.
+    /// A connection matched while the relay loses answers goes through, and `finished` says its answers are lost.
+    private func holds(_ pending: [UInt8], matched: inout Bool, finished: Finished) -> Bool {
+        state.withLock { state in
+            guard state.holding else { return false }
+            if state.losesAnswers {
+                if !matched, let pattern = state.pattern { matched = Self.contains(pending, pattern) }
+                if matched { finished.answerLost.store(true, ordering: .sequentiallyConsistent) }
+                return false
+            }
+            guard let pattern = state.pattern, !matched else { return true }
+            guard state.connectionsLeft > 0, Self.contains(pending, pattern) else { return false }
+            state.connectionsLeft -= 1
+            matched = true
+            return true
+        }
+    }
+
+    private static func contains(_ bytes: [UInt8], _ pattern: [UInt8]) -> Bool {
+        bytes.count >= pattern.count
+            && (0...(bytes.count - pattern.count)).contains { bytes[$0..<($0 + pattern.count)].elementsEqual(pattern) }
     }
 
     /// Whether the member answered a request whose client had left, within `timeout`.
@@ -116,6 +179,7 @@ final class HoldingRelay: Sendable {
     /// once the client has left and nothing is held any more.
     private func forward(from client: Int32, to upstream: Int32, finished: Finished) {
         var held: [UInt8] = []
+        var matched = false
         var clientGone = false
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while !isStopped {
@@ -128,10 +192,10 @@ final class HoldingRelay: Sendable {
             } else {
                 // The client left with something held: wait for the release, or the relay's stop.
                 changed.lock()
-                while state.withLock({ $0.holding && !$0.stopped }) { changed.wait() }
+                while !isStopped, holds(held, matched: &matched, finished: finished) { changed.wait() }
                 changed.unlock()
             }
-            if !held.isEmpty, !state.withLock({ $0.holding }) {
+            if !held.isEmpty, !holds(held, matched: &matched, finished: finished) {
                 _ = held.withUnsafeBytes { send(upstream, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 held = []
             }
@@ -155,7 +219,9 @@ final class HoldingRelay: Sendable {
                 if finished.done.load(ordering: .sequentiallyConsistent) {
                     lateAnswer.signal()
                 }
-                _ = send(client, buffer, count, Int32(MSG_NOSIGNAL))
+                if !finished.answerLost.load(ordering: .sequentiallyConsistent) {
+                    _ = send(client, buffer, count, Int32(MSG_NOSIGNAL))
+                }
                 quietSince = .now
             } else if finished.done.load(ordering: .sequentiallyConsistent),
                 ContinuousClock.now - quietSince > Self.linger

@@ -195,6 +195,10 @@ public final class ClusterNode: Sendable {
         var keepAliveFailed = false
         /// Whether this process has joined once (the revocation of earlier runs is done then only).
         var hasJoined = false
+        /// Leases whose join failed: a copy of that join may still be carried out late, by a member that had not
+        /// answered in time, and show the node's sessions a second time under a lease nobody renews. Each is revoked
+        /// once a later join has gone through (etcd answers again then), so that such a copy finds no lease.
+        var abandonedLeases: [Int64] = []
 
         init(node: ClusterNode) {
             self.node = node
@@ -289,7 +293,9 @@ public final class ClusterNode: Sendable {
                     // live process that shares the node id, which would revoke back, for ever.
                     if !hasJoined { revokePreviousIncarnations() }
                     hasJoined = true
+                    revokeAbandonedLeases()
                 } catch {
+                    abandonedLeases.append(lease)
                     perform(membership.handle(.callFailed(nowMs: sent)))
                 }
             case .keepAlive(let lease):
@@ -328,8 +334,8 @@ public final class ClusterNode: Sendable {
             }
         }
 
-        /// Writes the incarnation's key and the node's live sessions under `lease`, in one transaction, with the
-        /// cluster's seq base if no node wrote it before; returns the transaction's revision.
+        /// Writes the cluster's seq base if no node wrote it before, then the incarnation's key and the node's live
+        /// sessions under `lease`, in one transaction fenced by the key's absence; returns that transaction's revision.
         mutating func register(lease: Int64) throws -> Int64 {
             if hasJoined { node.configuration.beforeRejoin?() }
             // Writes queued while the node was not live come first: a session they end is not written again (it
@@ -350,13 +356,23 @@ public final class ClusterNode: Sendable {
             // The first node to join writes the cluster's seq base; the others leave it as it is.
             let base = String(UInt64(max(0, Date().timeIntervalSince1970 * 1_000)) * 1_000)
             let cluster = keys.key(.cluster)
-            let written = try client.txn(
-                compare: [.absent(cluster)], success: operations + [.put(key: cluster, value: base, lease: 0)],
-                failure: operations)
+            _ = try client.txn(compare: [.absent(cluster)], success: [.put(key: cluster, value: base, lease: 0)])
+            // Only while the incarnation's key does not exist: a copy of this transaction that a member carries out
+            // late (the client gave up on it and sent it to the next member, which took it) then changes nothing. It
+            // would write again, under the live lease, sessions that ended since, shown online until the node dies.
+            let key = keys.key(.node(incarnation))
+            let written = try client.txn(compare: [.absent(key)], success: operations)
+            var revision = written.revision
+            if !written.succeeded {
+                // The key exists: a copy of this very transaction went first and its answer was lost (the lease is
+                // new, and no one else writes under it). It wrote the same keys; the join is at its revision.
+                guard let found = try client.range(key).kvs.first else { throw EtcdError.leaseNotFound(lease) }
+                revision = found.modRevision
+            }
             self.lease = lease
-            fence = written.revision
+            fence = revision
             node.shared.withLock { $0.incarnation = incarnation }
-            return written.revision
+            return revision
         }
 
         /// Brings the copy up to date and watches from there on; returns the revision it is at. A join
@@ -437,6 +453,22 @@ public final class ClusterNode: Sendable {
         func revokePreviousIncarnations() {
             for incarnation in replica.incarnations(of: node.configuration.nodeID) where incarnation.lease != lease {
                 try? client.revoke(lease: incarnation.lease)
+            }
+        }
+
+        /// Revokes the leases of failed joins (``abandonedLeases``); one etcd does not answer for is tried again
+        /// after the next join.
+        mutating func revokeAbandonedLeases() {
+            abandonedLeases = abandonedLeases.filter { abandoned in
+                guard abandoned != lease else { return false }
+                do {
+                    try client.revoke(lease: abandoned)
+                    return false
+                } catch EtcdError.leaseNotFound {
+                    return false
+                } catch {
+                    return true
+                }
             }
         }
 
