@@ -1,4 +1,10 @@
 extension BrokerConfiguration {
+    /// Whether a peer can have a user identity (a CURVE key bound to a user, or a WebSocket token): without either,
+    /// every peer is an operator, and privacy has no effect (docs/privacy.md).
+    var identifiesViewers: Bool {
+        curve?.authorizedKeys != nil || webSocket.jwtKeyFile != nil || webSocket.jwtJwksURL != nil
+    }
+
     /// The WebSocket settings' ranges, and the safe default: without tokens, or without TLS, only a loopback
     /// endpoint, unless `--insecure`.
     func validateWebSocket() throws(ConfigurationError) {

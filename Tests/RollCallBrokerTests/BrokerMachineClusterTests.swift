@@ -673,6 +673,27 @@ struct BrokerMachineClusterPrivacyTests {
         #expect(onA.status == .offline && onA.seq == 1_060 && onA.since == BrokerTime(milliseconds: 500))
     }
 
+    /// A node with neither CURVE keys nor WebSocket tokens says once that the cluster's privacy choices have no
+    /// effect on it (every peer is an operator there); a node with keys says nothing.
+    @Test func aNodeWithoutIdentitiesWarnsOnce() throws {
+        func warnings(_ node: inout Scripted) -> [String] {
+            for (revision, user) in [(70, "carol"), (71, "dave")] {
+                let value = ClusterValues.encode(
+                    .policy, of: PrivacyChoices(policy: PrivacyPolicy(visibility: .nobody)), at: node.now)
+                node.machine.applyClusterChanges(
+                    [.privacyPut(Self.key(user, .policy), value: value, revision: Int64(revision))], now: node.now)
+            }
+            return node.effects().compactMap { if case .warning(let text, _) = $0 { text } else { nil } }
+        }
+        var open = Scripted(cluster: true)
+        let said = warnings(&open)
+        #expect(said.count == 1 && said.first?.contains("no effect") == true, "\(said)")
+        var keyed = Scripted(cluster: true) { configuration in
+            configuration.webSocket.jwtKeyFile = "/etc/rollcall/jwt.key"
+        }
+        #expect(warnings(&keyed).isEmpty)
+    }
+
     /// A bad edit is refused as on a single broker and writes nothing; a node cut off from etcd refuses edits (and
     /// reads) of privacy with cluster_unavailable.
     @Test func refusedEditsWriteNothing() throws {

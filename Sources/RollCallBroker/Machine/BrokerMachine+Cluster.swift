@@ -46,6 +46,8 @@ struct ClusterSide {
     /// The privacy choices this node wrote and has not read back from etcd yet: the next edit on this node starts
     /// from them, so that two edits in a row both hold (``BrokerMachine/editPrivacy(_:now:)``).
     var writtenPrivacy: [ClusterKeys.PrivacyKey: String] = [:]
+    /// Whether the node said that privacy choices have no effect on it (no CURVE keys, no WebSocket tokens).
+    var warnedOfPrivacyWithoutViewers = false
     /// When the held changes are applied with this node's proposed time if no stamp has come.
     var holdUntil: BrokerTime?
     /// How long a node holds a loss's ends for its stamp. One etcd round trip is milliseconds; the wait runs out

@@ -142,8 +142,21 @@ extension BrokerMachine {
         else { return }
         withPublished { $0.setChoices(user, choices, stamp: stamp, now: now) }
         effects.append(.resendViews(before))
-        withCluster { side in
-            if let value, side.writtenPrivacy[key] == value { side.writtenPrivacy[key] = nil }
+        let identifiesViewers = configuration.identifiesViewers
+        let warn =
+            withCluster { side in
+                if let value, side.writtenPrivacy[key] == value { side.writtenPrivacy[key] = nil }
+                let warn = !side.warnedOfPrivacyWithoutViewers && value != nil && !identifiesViewers
+                if warn { side.warnedOfPrivacyWithoutViewers = true }
+                return warn
+            } ?? false
+        if warn {
+            // Without keys or tokens every peer is an operator and sees the truth (docs/privacy.md), as at the start
+            // of a single broker that restores privacy settings.
+            effects.append(
+                .warning(
+                    "the cluster holds privacy choices, which have no effect on this node: no CURVE keys or "
+                        + "WebSocket tokens are configured (logged once)", ["user": key.user]))
         }
     }
 

@@ -30,9 +30,7 @@ final class StoreSide {
         let clock = clock(kept.brokerTime)
         core.restore(records: kept.records, groups: kept.groups, now: clock.now())
         core.restorePrivacy(kept.privacy)
-        if core.hasPrivacySettings, configuration.curve?.authorizedKeys == nil,
-            configuration.webSocket.jwtKeyFile == nil, configuration.webSocket.jwtJwksURL == nil
-        {
+        if core.hasPrivacySettings, !configuration.identifiesViewers {
             // Without keys or tokens every peer is an operator and sees the truth (docs/privacy.md).
             logger.warning(
                 "privacy settings are kept but have no effect: no CURVE keys or WebSocket tokens are configured",
