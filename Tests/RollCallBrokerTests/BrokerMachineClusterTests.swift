@@ -673,6 +673,74 @@ struct BrokerMachineClusterPrivacyTests {
         #expect(onA.status == .offline && onA.seq == 1_060 && onA.since == BrokerTime(milliseconds: 500))
     }
 
+    /// A choice deleted from etcd by hand goes back to the default with the time etcd last held for it, the same on
+    /// every node whatever its clock: bob, no longer a contact, is shown the bye of that moment.
+    @Test func aChoiceDeletedByHandFreezesAtItsLastTime() throws {
+        var a = Scripted(cluster: true)
+        var b = Scripted(cluster: true)
+        b.now = a.now + 5_000
+        let written = BrokerTime(milliseconds: 700)
+        let contacts = ClusterValues.encode(.contacts, of: PrivacyChoices(contacts: ["bob".id]), at: written)
+        let policy = ClusterValues.encode(
+            .policy, of: PrivacyChoices(policy: PrivacyPolicy(visibility: .contacts)), at: written)
+        let history: [[ClusterReplica.Change]] = [
+            [
+                .privacyPut(Self.key("carol", .contacts), value: contacts, revision: 80),
+                .privacyPut(Self.key("carol", .policy), value: policy, revision: 80),
+            ],
+            [.privacyDeleted(Self.key("carol", .contacts), revision: 81)],
+        ]
+        func replay(on node: inout Scripted) {
+            _ = BrokerMachineClusterTests.carolOnline(on: &node)
+            for changes in history { node.machine.applyClusterChanges(changes, now: node.now) }
+        }
+        replay(on: &a)
+        replay(on: &b)
+        let onA = try #require(try a.query("carol", access: .role(.user("bob".id))).first)
+        let onB = try #require(try b.query("carol", access: .role(.user("bob".id))).first)
+        #expect(onA.status == .offline && onA.since == written)
+        #expect(onA == onB)
+    }
+
+    /// Privacy changes that a join replays reach the subscribers' views once, when the node is live, not at every
+    /// step of the history.
+    @Test func aReplayResendsViewsWhenTheNodeIsLive() throws {
+        var node = Scripted(cluster: true)
+        _ = BrokerMachineClusterTests.carolOnline(on: &node)
+        let hidden = ClusterValues.encode(
+            .policy, of: PrivacyChoices(policy: PrivacyPolicy(visibility: .nobody)), at: node.now)
+        let shown = ClusterValues.encode(.policy, of: PrivacyChoices(), at: node.now)
+        node.machine.clusterReported(
+            [
+                .replayed([
+                    .privacyPut(Self.key("carol", .policy), value: hidden, revision: 90),
+                    .privacyPut(Self.key("carol", .policy), value: shown, revision: 91),
+                ])
+            ], acceptsSessions: true, seqBase: 1_000, now: node.now)
+        func resent(_ effects: [BrokerMachine.Effect]) -> [UserID] {
+            effects.compactMap { if case .resendViews(let before) = $0 { before.user } else { nil } }
+        }
+        #expect(resent(node.effects()).isEmpty)
+        node.machine.clusterReported([.state(.live(lease: 7))], acceptsSessions: true, seqBase: 1_000, now: node.now)
+        #expect(resent(node.effects()) == ["carol".id])
+    }
+
+    /// A choice too large for one etcd request is refused with limit, and nothing is written.
+    @Test func aChoiceTooLargeForEtcdIsRefused() throws {
+        var node = Scripted(cluster: true) { $0.presence.maxContacts = 20_000 }
+        let long = String(repeating: "x", count: 100)
+        let many = (0..<10_000).map { UserID(validating: "\(long)\($0)")! }
+        guard case .failure(let error) = node.request(.contacts(user: "carol".id, .set(many))) else {
+            Issue.record("a list of a megabyte and more was taken")
+            return
+        }
+        #expect(error.code == .limit)
+        #expect(Self.written(node.effects()).isEmpty)
+        #expect(
+            node.request(.contacts(user: "carol".id, .set(Array(many.prefix(5_000)))))
+                == .success(.listCount(name: "contacts", count: 5_000)))
+    }
+
     /// A node with neither CURVE keys nor WebSocket tokens says once that the cluster's privacy choices have no
     /// effect on it (every peer is an operator there); a node with keys says nothing.
     @Test func aNodeWithoutIdentitiesWarnsOnce() throws {

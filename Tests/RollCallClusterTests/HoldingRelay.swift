@@ -40,6 +40,8 @@ final class HoldingRelay: Sendable {
         let done = Atomic<Bool>(false)
         /// Whether the member's answers on this connection are dropped (``loseAnswers(matching:)``).
         let answerLost = Atomic<Bool>(false)
+        /// Whether the relay held some of this connection's bytes: only its answers count as late ones.
+        let held = Atomic<Bool>(false)
         let exited = DispatchSemaphore(value: 0)
     }
 
@@ -118,13 +120,20 @@ final class HoldingRelay: Sendable {
             guard state.holding else { return false }
             if state.losesAnswers {
                 if !matched, let pattern = state.pattern { matched = Self.contains(pending, pattern) }
-                if matched { finished.answerLost.store(true, ordering: .sequentiallyConsistent) }
+                if matched {
+                    finished.answerLost.store(true, ordering: .sequentiallyConsistent)
+                    finished.held.store(true, ordering: .sequentiallyConsistent)
+                }
                 return false
             }
-            guard let pattern = state.pattern, !matched else { return true }
+            guard let pattern = state.pattern, !matched else {
+                if !pending.isEmpty { finished.held.store(true, ordering: .sequentiallyConsistent) }
+                return true
+            }
             guard state.connectionsLeft > 0, Self.contains(pending, pattern) else { return false }
             state.connectionsLeft -= 1
             matched = true
+            finished.held.store(true, ordering: .sequentiallyConsistent)
             return true
         }
     }
@@ -216,7 +225,9 @@ final class HoldingRelay: Sendable {
             if poll(&descriptor, 1, 50) > 0 {
                 let count = read(upstream, &buffer, buffer.count)
                 guard count > 0 else { break }
-                if finished.done.load(ordering: .sequentiallyConsistent) {
+                if finished.done.load(ordering: .sequentiallyConsistent),
+                    finished.held.load(ordering: .sequentiallyConsistent)
+                {
                     lateAnswer.signal()
                 }
                 if !finished.answerLost.load(ordering: .sequentiallyConsistent) {

@@ -46,6 +46,14 @@ struct ClusterSide {
     /// The privacy choices this node wrote and has not read back from etcd yet: the next edit on this node starts
     /// from them, so that two edits in a row both hold (``BrokerMachine/editPrivacy(_:now:)``).
     var writtenPrivacy: [ClusterKeys.PrivacyKey: String] = [:]
+    /// The time of each privacy choice as etcd last held it: a key deleted by hand takes it, the same on every node.
+    var choiceTimes: [ClusterKeys.PrivacyKey: BrokerTime] = [:]
+    /// Each user's view of its subscribers before a join's replay changed the user's privacy: resent once the replay
+    /// is over (``BrokerMachine/setReplayedRecordsAside(since:)``), not at every step of the history.
+    var replayedViews: [UserID: PrivacySnapshot] = [:]
+    /// The most bytes one privacy choice takes in etcd: a request to etcd is at most 1.5 MiB (`--max-request-bytes`),
+    /// and the JSON gateway sends values in base64 (4/3 of their size).
+    static let maxChoiceBytes = 1_000_000
     /// Whether the node said that privacy choices have no effect on it (no CURVE keys, no WebSocket tokens).
     var warnedOfPrivacyWithoutViewers = false
     /// When the held changes are applied with this node's proposed time if no stamp has come.
@@ -264,6 +272,12 @@ extension BrokerMachine {
             switch effect {
             case .publish(let record), .publishViews(let record):
                 withCluster { $0.replayedRecords[record.user] = effect }
+            case .resendViews(let before):
+                // The views before the replay's first change of the user's privacy: the loop resends what differs
+                // from them once the replay is over.
+                withCluster { side in
+                    if side.replayedViews[before.user] == nil { side.replayedViews[before.user] = before }
+                }
             default:
                 kept.append(effect)
             }
@@ -276,13 +290,14 @@ extension BrokerMachine {
     /// replay come (the replay gave up for a snapshot).
     private mutating func publishReplayedRecords(now: BrokerTime) {
         guard
-            let (records, awaiting) = withCluster({ side in
+            let (records, views, awaiting) = withCluster({ side in
                 defer {
                     side.replaying = false
                     side.replayedRecords = [:]
+                    side.replayedViews = [:]
                     side.awaitingReplay = []
                 }
-                return (side.replayedRecords, side.awaitingReplay)
+                return (side.replayedRecords, side.replayedViews, side.awaitingReplay)
             })
         else { return }
         func seq(_ effect: Effect) -> UInt64 {
@@ -292,6 +307,7 @@ extension BrokerMachine {
             }
         }
         effects += records.values.sorted { seq($0) < seq($1) }
+        effects += views.keys.sorted().map { Effect.resendViews(views[$0]!) }
         for user in awaiting.sorted() where records[user] == nil {
             replay(.presence(user), now: now)
         }
@@ -313,8 +329,9 @@ extension BrokerMachine {
     }
 
     private mutating func apply(_ change: ClusterReplica.Change, now: BrokerTime) {
-        guard case .cluster(let side) = publishing else { return }
-        let seq = side.seq(at: change.revision)
+        // Read through ``withCluster(_:)``, in place: a copy of the side held while ``withPublished(_:)`` changes the
+        // view would make that change copy the whole view.
+        guard let seq = withCluster({ $0.seq(at: change.revision) }) else { return }
         switch change {
         case .sessionPut(let key, let value, _):
             guard let (session, time) = ClusterValues.decodeSession(value) else {
@@ -328,14 +345,16 @@ extension BrokerMachine {
             publish(actions, now: now)
         case .sessionEnded(let key, let end, _):
             let id = SessionID(key.description)
-            guard let user = side.view.user(ofAnySession: id) else { return }
-            // A lost node wrote nothing: its sessions end at the loss's stamp in etcd, the same on every node (this
-            // node's proposed time only if none came in time).
-            let lost = side.lossStamps[key.incarnation] ?? side.proposedStamps[key.incarnation] ?? now
-            let ending =
-                end == .nodeLost
-                ? ClusterValues.Ending(reason: .nodeLost, time: lost)
-                : side.endings[user.rawValue] ?? ClusterValues.Ending(reason: .bye, time: now)
+            let found: ClusterValues.Ending?? = withCluster { side in
+                guard let user = side.view.user(ofAnySession: id) else { return nil }
+                // A lost node wrote nothing: its sessions end at the loss's stamp in etcd, the same on every node
+                // (this node's proposed time only if none came in time).
+                let lost = side.lossStamps[key.incarnation] ?? side.proposedStamps[key.incarnation] ?? now
+                return end == .nodeLost
+                    ? ClusterValues.Ending(reason: .nodeLost, time: lost)
+                    : side.endings[user.rawValue] ?? ClusterValues.Ending(reason: .bye, time: now)
+            }
+            guard let ending = found ?? nil else { return }
             let stamp = PresenceCore.Stamp(time: ending.time, seq: seq)
             let actions = withPublished { $0.endRemoteSession(id, reason: ending.reason, stamp: stamp, now: now) }
             publish(actions, now: now)

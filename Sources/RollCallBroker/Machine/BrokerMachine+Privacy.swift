@@ -99,6 +99,13 @@ extension BrokerMachine {
         guard case .success = result, choices != current else { return result }
         let key = ClusterKeys.PrivacyKey(user: user.rawValue, field: field)
         let value = ClusterValues.encode(field, of: choices, at: now)
+        guard value.utf8.count <= ClusterSide.maxChoiceBytes else {
+            return .failure(
+                PresenceError(
+                    .limit,
+                    "\(user)'s \(field.rawValue) would take \(value.utf8.count) bytes in etcd; a node of a cluster "
+                        + "writes at most \(ClusterSide.maxChoiceBytes)"))
+        }
         withCluster { $0.writtenPrivacy[key] = value }
         effects.append(.clusterWrite(.putPrivacy(key, value: value)))
         return result
@@ -122,7 +129,8 @@ extension BrokerMachine {
             case .contacts: choices.contacts = defaults.contacts
             case .blocks: choices.blocks = defaults.blocks
             }
-            time = now  // deleted by hand: no node wrote a time
+            // Deleted by hand: no node wrote a time; the last one etcd held is the same on every node.
+            time = withCluster { $0.choiceTimes[key] } ?? nil ?? now
         }
         guard let time else {
             effects.append(
@@ -146,6 +154,7 @@ extension BrokerMachine {
         let warn =
             withCluster { side in
                 if let value, side.writtenPrivacy[key] == value { side.writtenPrivacy[key] = nil }
+                side.choiceTimes[key] = value == nil ? nil : time
                 let warn = !side.warnedOfPrivacyWithoutViewers && value != nil && !identifiesViewers
                 if warn { side.warnedOfPrivacyWithoutViewers = true }
                 return warn

@@ -91,6 +91,14 @@ public enum EtcdOperation: Sendable, Equatable {
     /// Deletes `key`, or every key under it when `prefix`.
     case delete(key: String, prefix: Bool)
 
+    /// The bytes of its key and value.
+    public var bytes: Int {
+        switch self {
+        case .put(let key, let value, _): key.utf8.count + value.utf8.count
+        case .delete(let key, _): key.utf8.count
+        }
+    }
+
     /// The key the operation writes (the first, for a prefix delete).
     public var key: String {
         switch self {

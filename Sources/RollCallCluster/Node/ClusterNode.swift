@@ -197,7 +197,8 @@ public final class ClusterNode: Sendable {
         var hasJoined = false
         /// Leases whose join failed: a copy of that join may still be carried out late, by a member that had not
         /// answered in time, and show the node's sessions a second time under a lease nobody renews. Each is revoked
-        /// once a later join has gone through (etcd answers again then), so that such a copy finds no lease.
+        /// once a later join has gone through (etcd answers again then), so that such a copy finds no lease; one etcd
+        /// did not answer for then is tried again after each answered renewal.
         var abandonedLeases: [Int64] = []
 
         init(node: ClusterNode) {
@@ -304,6 +305,8 @@ public final class ClusterNode: Sendable {
                     try client.keepAlive(lease: lease)
                     keepAliveFailed = false
                     perform(membership.handle(.keepAliveAnswered(leaseAlive: true, nowMs: sent)))
+                    // A revocation etcd did not answer after the join is tried again while etcd answers.
+                    if !abandonedLeases.isEmpty { revokeAbandonedLeases() }
                 } catch EtcdError.leaseNotFound {
                     perform(membership.handle(.keepAliveAnswered(leaseAlive: false, nowMs: sent)))
                 } catch {
@@ -499,20 +502,29 @@ public final class ClusterNode: Sendable {
         func nextBatch(_ writes: ArraySlice<Write>) -> ArraySlice<Write> {
             var keys: Set<String> = []
             var operations = 1
+            var bytes = 0
             var end = writes.startIndex
             while end < writes.endIndex {
-                let these = self.operations(for: writes[end]).map(\.key)
+                let these = self.operations(for: writes[end])
+                let size = these.reduce(0) { $0 + $1.bytes }
                 guard
                     end == writes.startIndex
                         || (!Self.isStamp(writes[end]) && !Self.isStamp(writes[writes.startIndex])
-                            && operations + these.count <= Self.maxOperations && keys.isDisjoint(with: these))
+                            && operations + these.count <= Self.maxOperations && bytes + size <= Self.maxBatchBytes
+                            && keys.isDisjoint(with: these.map(\.key)))
                 else { break }
-                keys.formUnion(these)
+                keys.formUnion(these.map(\.key))
                 operations += these.count
+                bytes += size
                 end += 1
             }
             return writes[writes.startIndex..<end]
         }
+
+        /// The most bytes of keys and values one transaction carries, but a single write larger than that (a privacy
+        /// choice of up to a megabyte goes alone): etcd takes a request of at most 1.5 MiB (`--max-request-bytes`), and
+        /// the JSON gateway sends keys and values in base64, 4/3 of their size.
+        static let maxBatchBytes = 512 * 1_024
 
         /// Whether a write is a loss's stamp: a transaction with a condition of its own, and no fence.
         static func isStamp(_ write: Write) -> Bool {
