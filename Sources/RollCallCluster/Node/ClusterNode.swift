@@ -460,7 +460,7 @@ public final class ClusterNode: Sendable {
         }
 
         /// Revokes the leases of failed joins (``abandonedLeases``); one etcd does not answer for is tried again
-        /// after the next join.
+        /// after the next answered renewal or join.
         mutating func revokeAbandonedLeases() {
             abandonedLeases = abandonedLeases.filter { abandoned in
                 guard abandoned != lease else { return false }
