@@ -277,51 +277,97 @@ extension EtcdBacked {
             #expect(nodes[0].recorder.failedWrites.isEmpty)
         }
 
+        /// Node a reaching the members `relayed` through a ``HoldingRelay`` each (the others directly), node b reaching
+        /// every member directly, and node a's session s1 known to node b: what the tests of late copies start from.
+        struct Relayed {
+            let cluster: EtcdCluster
+            /// By member index.
+            let relays: [Int: HoldingRelay]
+            let a: Running
+            let b: Running
+            /// Node a's incarnation once s1 is written.
+            let first: ClusterKeys.Incarnation
+        }
+
+        /// Runs `body` on a ``Relayed`` set-up, and stops everything after.
+        func withRelayed(
+            _ relayed: Set<Int>, leaseMs: Int64 = 3_000, _ body: (Relayed) async throws -> Void
+        ) async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            var relays: [Int: HoldingRelay] = [:]
+            defer { relays.values.forEach { $0.stop() } }
+            for index in relayed.sorted() {
+                relays[index] = try HoldingRelay(upstreamPort: cluster.members[index].clientPort)
+            }
+            let endpoint = { (index: Int) in
+                EtcdEndpoint(host: "127.0.0.1", port: relays[index]?.port ?? cluster.members[index].clientPort)
+            }
+            let direct = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
+            let a = try await startNode("a", endpoints: cluster.members.indices.map(endpoint), leaseMs: leaseMs)
+            defer { a.node.stop() }
+            let b = try await startNode("b", endpoints: [direct(1), direct(2), direct(0)], leaseMs: leaseMs)
+            defer { b.node.stop() }
+            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
+            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
+            let first = try #require(a.node.incarnation)
+            try await body(Relayed(cluster: cluster, relays: relays, a: a, b: b, first: first))
+        }
+
+        /// What a relay looks for in node a's requests that write one of its sessions: the prefix of its session keys
+        /// is 24 bytes, so its base64 is the start of every such key's.
+        static let nodeASessionKeys = Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString()
+
+        /// The incarnation of a put of s1 under another incarnation than `first` (written again by a join).
+        static func s1Rewritten(_ change: ClusterReplica.Change, after first: ClusterKeys.Incarnation)
+            -> ClusterKeys.Incarnation?
+        {
+            guard case .sessionPut(let key, _, _) = change, key.id == "s1", key.incarnation != first else { return nil }
+            return key.incarnation
+        }
+
+        /// Writes s2 through node a and waits until node b has it: everything node a wrote before has reached b.
+        func writeS2AndWait(_ set: Relayed) async throws {
+            set.a.node.write(.putSession(id: "s2", value: "bob", user: nil))
+            try await set.b.recorder.wait(for: "s2") { isSession("s2", $0) }
+        }
+
+        /// The values of every session key in etcd.
+        func sessionValues(_ cluster: EtcdCluster) throws -> [String] {
+            try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true).kvs.map(\.value).sorted()
+        }
+
         /// A write the node gave up on and its member carried out later, after the node's next writes, changes
         /// nothing: a session's put held that way does not bring the session back after its end (the fault run's
         /// bug 2). The member is reached through a relay that holds the put until the session has ended.
         @Test func aLateCopyOfAWriteChangesNothing() async throws {
-            let cluster = try await EtcdCluster.started()
-            defer { cluster.shutdown() }
-            let relay = try HoldingRelay(upstreamPort: cluster.members[0].clientPort)
-            defer { relay.stop() }
-            let member = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
             // A 30 s lease: no keep-alive is due for 10 s, so the put is node a's first call after the hold.
-            let a = try await startNode(
-                "a", endpoints: [EtcdEndpoint(host: "127.0.0.1", port: relay.port), member(1), member(2)],
-                leaseMs: 30_000)
-            defer { a.node.stop() }
-            let b = try await startNode("b", endpoints: [member(1), member(2), member(0)], leaseMs: 30_000)
-            defer { b.node.stop() }
-            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
+            try await withRelayed([0], leaseMs: 30_000) { set in
+                let relay = set.relays[0]!
+                relay.hold()
+                set.a.node.write(.putSession(id: "s1", value: "ann, busy", user: nil))
+                try await set.b.recorder.wait(for: "s1 busy, sent again to member 1") {
+                    if case .sessionPut(let key, "ann, busy", _) = $0 { key.id == "s1" } else { false }
+                }
+                set.a.node.write(.endSession(id: "s1", user: nil))
+                try await set.b.recorder.wait(for: "s1's end") {
+                    if case .sessionEnded(let key, .ended, _) = $0 { key.id == "s1" } else { false }
+                }
+                relay.release()
+                guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                    throw ClusterTestFailure("member 0 did not answer the held put within 10 s")
+                }
+                try await writeS2AndWait(set)
 
-            relay.hold()
-            a.node.write(.putSession(id: "s1", value: "ann, busy", user: nil))
-            try await b.recorder.wait(for: "s1 busy, sent again to member 1") {
-                if case .sessionPut(let key, "ann, busy", _) = $0 { key.id == "s1" } else { false }
+                #expect(try sessionValues(set.cluster) == ["bob"])
+                let changes = set.b.recorder.changes.map(\.change)
+                let end = try #require(
+                    changes.firstIndex {
+                        if case .sessionEnded(let key, _, _) = $0 { key.id == "s1" } else { false }
+                    })
+                #expect(!changes[(end + 1)...].contains { isSession("s1", $0) }, "s1 back after its end on node b")
+                #expect(set.a.recorder.failedWrites.isEmpty)
             }
-            a.node.write(.endSession(id: "s1", user: nil))
-            try await b.recorder.wait(for: "s1's end") {
-                if case .sessionEnded(let key, .ended, _) = $0 { key.id == "s1" } else { false }
-            }
-            relay.release()
-            guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
-                throw ClusterTestFailure("member 0 did not answer the held put within 10 s")
-            }
-            // Everything before this write has reached node b once it has.
-            a.node.write(.putSession(id: "s2", value: "bob", user: nil))
-            try await b.recorder.wait(for: "s2") { isSession("s2", $0) }
-
-            let sessions = try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
-            #expect(sessions.kvs.map(\.value) == ["bob"])
-            let changes = b.recorder.changes.map(\.change)
-            let end = try #require(
-                changes.firstIndex {
-                    if case .sessionEnded(let key, _, _) = $0 { key.id == "s1" } else { false }
-                })
-            #expect(!changes[(end + 1)...].contains { isSession("s1", $0) }, "s1 back after its end on node b")
-            #expect(a.recorder.failedWrites.isEmpty)
         }
 
         /// A join the node gave up on and its member carried out later changes nothing: a node that joins again
@@ -329,128 +375,83 @@ extension EtcdBacked {
         /// until one of those sessions has ended does not bring it back. The member is reached through a relay that
         /// holds the first of node a's requests that writes a session after the revocation: the join.
         @Test func aLateCopyOfAJoinChangesNothing() async throws {
-            let cluster = try await EtcdCluster.started()
-            defer { cluster.shutdown() }
-            let relay = try HoldingRelay(upstreamPort: cluster.members[0].clientPort)
-            defer { relay.stop() }
-            let member = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
-            let a = try await startNode(
-                "a", endpoints: [EtcdEndpoint(host: "127.0.0.1", port: relay.port), member(1), member(2)])
-            defer { a.node.stop() }
-            let b = try await startNode("b", endpoints: [member(1), member(2), member(0)])
-            defer { b.node.stop() }
-            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
-            let first = try #require(a.node.incarnation)
-
-            // The prefix of node a's session keys is 24 bytes: its base64 is the start of every such key's.
-            relay.hold(matching: Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString())
-            try cluster.client().revoke(lease: first.lease)
-            try await b.recorder.wait(for: "s1 written again by node a's join, sent again to member 1") {
-                if case .sessionPut(let key, _, _) = $0 { key.id == "s1" && key.incarnation != first } else { false }
-            }
-            a.node.write(.endSession(id: "s1", user: nil))
-            try await b.recorder.wait(for: "s1's end under the new lease") {
-                if case .sessionEnded(let key, .ended, _) = $0 {
-                    key.id == "s1" && key.incarnation != first
-                } else {
-                    false
+            try await withRelayed([0]) { set in
+                let relay = set.relays[0]!
+                relay.hold(matching: Self.nodeASessionKeys)
+                try set.cluster.client().revoke(lease: set.first.lease)
+                try await set.b.recorder.wait(for: "s1 written again by node a's join, sent again to member 1") {
+                    Self.s1Rewritten($0, after: set.first) != nil
                 }
-            }
-            relay.release()
-            guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
-                throw ClusterTestFailure("member 0 did not answer the held join within 10 s")
-            }
-            // Everything before this write has reached node b once it has.
-            a.node.write(.putSession(id: "s2", value: "bob", user: nil))
-            try await b.recorder.wait(for: "s2") { isSession("s2", $0) }
+                set.a.node.write(.endSession(id: "s1", user: nil))
+                try await set.b.recorder.wait(for: "s1's end under the new lease") {
+                    if case .sessionEnded(let key, .ended, _) = $0 {
+                        key.id == "s1" && key.incarnation != set.first
+                    } else {
+                        false
+                    }
+                }
+                relay.release()
+                guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                    throw ClusterTestFailure("member 0 did not answer the held join within 10 s")
+                }
+                try await writeS2AndWait(set)
 
-            let sessions = try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
-            #expect(sessions.kvs.map(\.value) == ["bob"])
-            #expect(a.recorder.failedWrites.isEmpty)
+                #expect(try sessionValues(set.cluster) == ["bob"])
+                #expect(set.a.recorder.failedWrites.isEmpty)
+            }
         }
 
         /// A join that failed on every member, carried out later by them, shows nothing: the node revokes that
         /// lease once its next join has gone through. Three relays, one in front of each member, each hold node a's
         /// first request that writes a session after its lease was revoked: the join under its second lease.
         @Test func aFailedJoinCarriedOutLaterShowsNothing() async throws {
-            let cluster = try await EtcdCluster.started()
-            defer { cluster.shutdown() }
-            let relays = try cluster.members.map { try HoldingRelay(upstreamPort: $0.clientPort) }
-            defer { relays.forEach { $0.stop() } }
-            let member = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
             // A 9 s lease: the second lease outlives the test, so that only its revocation can hide the late join.
-            let a = try await startNode(
-                "a", endpoints: relays.map { EtcdEndpoint(host: "127.0.0.1", port: $0.port) }, leaseMs: 9_000)
-            defer { a.node.stop() }
-            let b = try await startNode("b", endpoints: [member(1), member(2), member(0)])
-            defer { b.node.stop() }
-            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
-            let first = try #require(a.node.incarnation)
-
-            let sessionKeys = Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString()
-            for relay in relays { relay.hold(matching: sessionKeys, connections: 1) }
-            try cluster.client().revoke(lease: first.lease)
-            // The second lease's join is held by all three; the third lease's goes through.
-            try await b.recorder.wait(for: "s1 written again by node a's join under its third lease") {
-                if case .sessionPut(let key, _, _) = $0 { key.id == "s1" && key.incarnation != first } else { false }
-            }
-            for relay in relays { relay.release() }
-            for (index, relay) in relays.enumerated() {
-                guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
-                    throw ClusterTestFailure("member \(index) did not answer the held join within 10 s")
+            try await withRelayed([0, 1, 2], leaseMs: 9_000) { set in
+                let relays = set.relays.sorted { $0.key < $1.key }.map(\.value)
+                for relay in relays { relay.hold(matching: Self.nodeASessionKeys, connections: 1) }
+                try set.cluster.client().revoke(lease: set.first.lease)
+                // The second lease's join is held by all three; the third lease's goes through.
+                try await set.b.recorder.wait(for: "s1 written again by node a's join under its third lease") {
+                    Self.s1Rewritten($0, after: set.first) != nil
                 }
-            }
-            // Everything before this write has reached node b once it has.
-            a.node.write(.putSession(id: "s2", value: "bob", user: nil))
-            try await b.recorder.wait(for: "s2") { isSession("s2", $0) }
+                for relay in relays { relay.release() }
+                for (index, relay) in relays.enumerated() {
+                    guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                        throw ClusterTestFailure("member \(index) did not answer the held join within 10 s")
+                    }
+                }
+                try await writeS2AndWait(set)
 
-            // The incarnation node a is in now (it joins once more if a join's replay fails, as under load).
-            let joined = try #require(a.node.incarnation)
-            let sessions = try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
-            let prefix = ClusterKeys().prefix + "sessions/\(joined)/"
-            #expect(sessions.kvs.map(\.value).sorted() == ["ann", "bob"])
-            #expect(sessions.kvs.allSatisfy { $0.key.hasPrefix(prefix) }, "\(sessions.kvs.map(\.key))")
-            #expect(a.recorder.failedWrites.isEmpty)
+                // The incarnation node a is in now (it joins once more if a join's replay fails, as under load).
+                let joined = try #require(set.a.node.incarnation)
+                let sessions = try set.cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
+                let prefix = ClusterKeys().prefix + "sessions/\(joined)/"
+                #expect(sessions.kvs.map(\.value).sorted() == ["ann", "bob"])
+                #expect(sessions.kvs.allSatisfy { $0.key.hasPrefix(prefix) }, "\(sessions.kvs.map(\.key))")
+                #expect(set.a.recorder.failedWrites.isEmpty)
+            }
         }
 
         /// A join carried out whose answer was lost is the node's join: the client sends it again to the next
         /// member, which finds the incarnation's key there, and the node goes on under that lease (it does not join
         /// once more under another, which would show its sessions twice until the first lease ran out).
         @Test func aJoinWhoseAnswerWasLostIsTheJoin() async throws {
-            let cluster = try await EtcdCluster.started()
-            defer { cluster.shutdown() }
-            let relay = try HoldingRelay(upstreamPort: cluster.members[0].clientPort)
-            defer { relay.stop() }
-            let member = { (index: Int) in EtcdEndpoint(host: "127.0.0.1", port: cluster.members[index].clientPort) }
-            let a = try await startNode(
-                "a", endpoints: [EtcdEndpoint(host: "127.0.0.1", port: relay.port), member(1), member(2)])
-            defer { a.node.stop() }
-            let b = try await startNode("b", endpoints: [member(1), member(2), member(0)])
-            defer { b.node.stop() }
-            a.node.write(.putSession(id: "s1", value: "ann", user: nil))
-            try await b.recorder.wait(for: "s1") { isSession("s1", $0) }
-            let first = try #require(a.node.incarnation)
-
-            relay.loseAnswers(matching: Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString())
-            try cluster.client().revoke(lease: first.lease)
-            let rewritten = { (change: ClusterReplica.Change) -> ClusterKeys.Incarnation? in
-                guard case .sessionPut(let key, _, _) = change, key.id == "s1", key.incarnation != first else {
-                    return nil
+            try await withRelayed([0]) { set in
+                let relay = set.relays[0]!
+                relay.loseAnswers(matching: Self.nodeASessionKeys)
+                try set.cluster.client().revoke(lease: set.first.lease)
+                try await set.b.recorder.wait(for: "s1 written again by node a's join") {
+                    Self.s1Rewritten($0, after: set.first) != nil
                 }
-                return key.incarnation
+                relay.release()
+                try await writeS2AndWait(set)
+
+                let incarnations = set.b.recorder.changes.compactMap { Self.s1Rewritten($0.change, after: set.first) }
+                #expect(incarnations.count == 1, "s1 written again under \(incarnations)")
+                #expect(set.a.node.incarnation == incarnations.first)
+                #expect(try sessionValues(set.cluster) == ["ann", "bob"])
+                #expect(set.a.recorder.failedWrites.isEmpty)
             }
-            try await b.recorder.wait(for: "s1 written again by node a's join") { rewritten($0) != nil }
-            relay.release()
-            a.node.write(.putSession(id: "s2", value: "bob", user: nil))
-            try await b.recorder.wait(for: "s2") { isSession("s2", $0) }
-            let incarnations = b.recorder.changes.compactMap { rewritten($0.change) }
-            #expect(incarnations.count == 1, "s1 written again under \(incarnations)")
-            #expect(a.node.incarnation == incarnations.first)
-            let sessions = try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
-            #expect(sessions.kvs.map(\.value).sorted() == ["ann", "bob"])
-            #expect(a.recorder.failedWrites.isEmpty)
         }
 
         /// Two privacy choices of nearly a megabyte each and a session, queued together, all reach etcd: a
