@@ -506,14 +506,15 @@ public final class ClusterNode: Sendable {
             var end = writes.startIndex
             while end < writes.endIndex {
                 let these = self.operations(for: writes[end])
+                let written = these.map(\.key)
                 let size = these.reduce(0) { $0 + $1.bytes }
                 guard
                     end == writes.startIndex
                         || (!Self.isStamp(writes[end]) && !Self.isStamp(writes[writes.startIndex])
                             && operations + these.count <= Self.maxOperations && bytes + size <= Self.maxBatchBytes
-                            && keys.isDisjoint(with: these.map(\.key)))
+                            && keys.isDisjoint(with: written))
                 else { break }
-                keys.formUnion(these.map(\.key))
+                keys.formUnion(written)
                 operations += these.count
                 bytes += size
                 end += 1
