@@ -243,11 +243,20 @@ public struct WatchMachine: Sendable {
         return actions
     }
 
-    /// The broker of this connection keeps the presence log `epoch` (`ping`'s `log_epoch`; `nil`: it keeps none).
-    /// The offsets received are that log's: a log other than the last one starts the resume point over from them.
-    public mutating func logEpoch(_ epoch: String?) {
-        guard epoch != log.epoch else { return }
-        log = (epoch, epoch == nil ? nil : connectionOffset)
+    /// The broker of this connection keeps the presence log `epoch` (`ping`'s `log_epoch`; `nil`: it keeps none),
+    /// which stood at `offset` (`ping`'s `offset`) when the ping was answered. The offsets received are that log's: a
+    /// log other than the last one starts the resume point over from them.
+    ///
+    /// The ping goes before anything is subscribed. On a connection that resumes nothing, every topic is then
+    /// subscribed afresh, and each transition after `offset` comes on its subscription or is in the current record it
+    /// brings: the resume point moves up to `offset`. Without that, a user still unknown at the subscription (a record
+    /// without an offset), whose first transition was still held for the log when the connection ended, would leave
+    /// no resume point, and the next connection would show only his current record, not the transitions before it.
+    /// While a resume waits for its reply, the ping's offset counts no more than a record does.
+    public mutating func logEpoch(_ epoch: String?, offset: UInt64? = nil) {
+        if epoch != log.epoch { log = (epoch, epoch == nil ? nil : connectionOffset) }
+        guard epoch != nil, let offset, resuming.isEmpty else { return }
+        log.offset = max(log.offset ?? offset, offset)
     }
 
     /// The broker refused a ``Action/resume(_:after:logEpoch:)`` of `topics` (`snapshot_required`: the log cannot

@@ -232,7 +232,8 @@ public final class WebSocketWatch: Sendable {
             else { return [] }
             if id == ping {
                 ping = nil
-                machine.logEpoch(fields["log_epoch"]?.string)
+                machine.logEpoch(
+                    fields["log_epoch"]?.string, offset: fields["offset"]?.integer.flatMap { UInt64(exactly: $0) })
                 return []
             }
             if let topics = resumes.removeValue(forKey: id) {

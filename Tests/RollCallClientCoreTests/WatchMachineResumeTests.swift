@@ -142,6 +142,27 @@ struct WatchMachineResumeTests {
         #expect(m.log.offset == 3)
     }
 
+    /// A connection that resumed nothing subscribed every topic after its ping: the next one resumes from the ping's
+    /// offset, though no record carried one (bob unknown at the subscription, his first transition still held for
+    /// the log when the connection ended).
+    @Test func aFreshConnectionResumesFromItsPingsOffset() {
+        var m = WatchMachine(configuration: .webSocket, now: 0, seed: 7)
+        _ = m.follow(bob, now: 0)
+        _ = m.tick(now: 0)
+        _ = m.connected(now: 0)
+        m.logEpoch("L1", offset: 500)
+        _ = m.record(Sent.record(Sent.bob, .offline, seq: 0), now: 1)  // unknown: no offset
+        _ = m.disconnected(now: 2)
+        #expect(m.connected(now: 3) == [.resume([bob], after: 500, logEpoch: "L1"), .subscribe([.broker])])
+        // While that resume waits for its reply, the ping's offset moves nothing: its missed transitions may not have
+        // come yet.
+        m.logEpoch("L1", offset: 900)
+        #expect(m.log.offset == 500)
+        m.resumeAnswered([bob])
+        _ = m.record(record(seq: 8, offset: 600), now: 4)
+        #expect(m.log.offset == 600)
+    }
+
     /// A ZeroMQ watcher never resumes: the XPUB keeps nothing per subscriber.
     @Test func zeroMQNeverResumes() {
         var m = WatchMachine(configuration: .zeroMQ, now: 0, seed: 7)

@@ -366,7 +366,7 @@ export class RollCall {
       this.#watch.connectedTo(pong.epoch);
       // On a broker that keeps a presence log, the followed users' transitions missed while away come first, in
       // order (docs/history.md); where it cannot resume, the topics are subscribed afresh and read again.
-      const resume = this.#watch.resumePoint(pong.log_epoch);
+      const resume = this.#watch.resumePoint(pong.log_epoch, pong.offset);
       // Until the client is ready, follow() sends nothing: what was followed while a subscribe was under way is
       // picked up by the next round. A topic the broker refuses (an invalid id, past its cap) is reported and left
       // out; the others are subscribed all the same.

@@ -313,7 +313,9 @@ export class WatchMachine {
   readonly logEpoch: string | null;
   readonly lastOffset: number | null;
   noteOffset(record: PresenceRecord): void;
-  resumePoint(logEpoch: string | undefined): { after: number; log_epoch: string } | null;
+  /** Where a new connection resumes (`ping`'s `log_epoch` and `offset`); null: subscribe afresh, and resume later
+   * from `offset`. */
+  resumePoint(logEpoch: string | undefined, offset?: number): { after: number; log_epoch: string } | null;
   groupMessage(message: GroupMessage | GroupDeleted): { records: PresenceRecord[] } | null;
   groupRead(read: { group: string; online: number; total: number; counts: StatusCounts; members: Record<string, PresenceRecord>; seq: number }): { view: GroupView; records: PresenceRecord[] } | null;
   heartbeat(beat: BrokerHeartbeat, now: number): boolean;

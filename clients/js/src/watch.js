@@ -40,16 +40,18 @@ export class WatchMachine {
     }
   }
 
-  /** The log a new connection's broker keeps (`ping`'s `log_epoch`): `{after, log_epoch}` to resume the followed
-   * users' transitions from, or null (no log, another log, or nothing received yet). */
-  resumePoint(logEpoch) {
+  /** The log a new connection's broker keeps (`ping`'s `log_epoch` and `offset`, asked before anything is
+   * subscribed): `{after, log_epoch}` to resume the followed users' transitions from, or null (no log, another log,
+   * or nothing received yet). Without a resume, the topics are subscribed afresh and the resume point starts at
+   * `ping`'s offset: every transition after it comes on the new subscriptions (or is in their current records), so a
+   * later connection resumes from there even if none of them carried an offset (a user still unknown at the
+   * subscription, whose first transition was still held for the log when the connection ended). */
+  resumePoint(logEpoch, offset) {
     const same = typeof logEpoch === "string" && logEpoch === this.logEpoch;
-    if (!same) {
-      this.logEpoch = typeof logEpoch === "string" ? logEpoch : null;
-      this.lastOffset = null;
-      return null;
-    }
-    return this.lastOffset === null ? null : { after: this.lastOffset, log_epoch: logEpoch };
+    if (same && this.lastOffset !== null) return { after: this.lastOffset, log_epoch: logEpoch };
+    this.logEpoch = typeof logEpoch === "string" ? logEpoch : null;
+    this.lastOffset = this.logEpoch !== null && typeof offset === "number" ? offset : null;
+    return null;
   }
 
   /** Someone follows these topics: returns those that were not followed yet (to subscribe). */

@@ -105,3 +105,18 @@ test("resuming: the highest offset received is where a connection to the same lo
   assert.deepEqual(w.resumePoint("log-b"), { after: 7, log_epoch: "log-b" });
   assert.equal(w.resumePoint(undefined), null, "a broker without a log");
 });
+
+test("resuming: a connection that subscribed afresh resumes from ping's offset, though no record carried one", () => {
+  const w = new WatchMachine();
+  assert.equal(w.resumePoint("log-a", 500), null, "the first connection subscribes afresh");
+  // bob was unknown at the subscription (a record without an offset); his first transition was still held for the
+  // log when the connection ended, so nothing with an offset came.
+  w.noteOffset(rec("bob", "offline", 0));
+  assert.deepEqual(w.resumePoint("log-a", 900), { after: 500, log_epoch: "log-a" }, "everything after 500 is owed");
+  w.noteOffset({ ...rec("bob", "online", 1), offset: 600 });
+  assert.deepEqual(w.resumePoint("log-a", 900), { after: 600, log_epoch: "log-a" }, "the offsets received count");
+  assert.equal(w.resumePoint("log-b", 40), null, "another log subscribes afresh");
+  assert.deepEqual(w.resumePoint("log-b", 90), { after: 40, log_epoch: "log-b" });
+  assert.equal(w.resumePoint(undefined, 40), null, "a broker without a log");
+  assert.equal(w.lastOffset, null);
+});
