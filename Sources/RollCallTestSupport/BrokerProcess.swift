@@ -32,7 +32,7 @@ public final class BrokerProcess {
             if data.isEmpty { break }
             log += String(decoding: data, as: UTF8.self)
         }
-        stderr.fileHandleForReading.readabilityHandler = { _ = $0.availableData }
+        PipeReading.start(stderr.fileHandleForReading, name: "broker stderr") { _ in }
         func endpoint(_ key: String) throws -> String {
             guard let range = log.range(of: "\(key)=tcp://[0-9.]+:[0-9]+", options: .regularExpression) else {
                 process.terminate()

@@ -1,4 +1,5 @@
 import Foundation
+import RollCallTestSupport
 import Synchronization
 
 /// A real child process (the `rollcall` binary, python3) whose output the test reads line by line.
@@ -22,27 +23,19 @@ final class ChildProcess: Sendable {
         self.process = process
         let changed = changed
         process.terminationHandler = { _ in changed.signal() }
-        stdout.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            let text = String(decoding: data, as: UTF8.self)
-            self?.output.withLock {
-                $0.stdout += text
-                if data.isEmpty { $0.ended += 1 }
-            }
-            changed.signal()
-        }
-        stderr.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            let text = String(decoding: data, as: UTF8.self)
-            self?.output.withLock {
-                $0.stderr += text
-                if data.isEmpty { $0.ended += 1 }
-            }
-            changed.signal()
-        }
         try process.run()
+        PipeReading.start(stdout.fileHandleForReading, name: "child stdout") { [weak self] data in
+            self?.output.withLock {
+                if let data { $0.stdout += String(decoding: data, as: UTF8.self) } else { $0.ended += 1 }
+            }
+            changed.signal()
+        }
+        PipeReading.start(stderr.fileHandleForReading, name: "child stderr") { [weak self] data in
+            self?.output.withLock {
+                if let data { $0.stderr += String(decoding: data, as: UTF8.self) } else { $0.ended += 1 }
+            }
+            changed.signal()
+        }
     }
 
     /// The built `rollcall` executable, next to the test bundle.
