@@ -179,8 +179,12 @@ struct LogRead: Sendable {
             var users = Set<UserID>()
             for case .presence(let user) in topics { users.insert(user) }
             missed = []
+            // One page at most in all, not one per user: past it the resume is refused anyway, and a connection that
+            // resumes its 1,000 subscriptions must not hold the loop for 1,000 pages.
             for user in users {
-                missed += try history.log.history(of: user, from: nil, to: nil, after: after, limit: cap + 1)
+                let budget = cap + 1 - missed.count
+                guard budget > 0 else { break }
+                missed += try history.log.history(of: user, from: nil, to: nil, after: after, limit: budget)
                     .filter { $0.offset <= committed }
             }
             missed += history.pending(above: max(after, committed), through: logOffset) {

@@ -353,6 +353,36 @@ extension Integration {
             }
         }
 
+        /// A resume owes at most one page (1,000 transitions) in all: 600 missed for each of two followed users is
+        /// refused with `snapshot_required`, though neither alone is over; 600 of one with 600 of a user not
+        /// followed is delivered whole.
+        @Test func aResumeOwingMoreThanAPageInAllIsRefused() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-\(UUID())").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try await withGateway({ $0.storage = .directory(directory) }) { gateway in
+                let command = try CommandClient(endpoint: gateway.broker.command, timeoutMilliseconds: 2_000)
+                let alice = try command.hello(.init(user: "alice".id, ttlMilliseconds: 600_000)).session
+                let bob = try command.hello(.init(user: "bob".id, ttlMilliseconds: 600_000)).session
+                let carol = try command.hello(.init(user: "carol".id, ttlMilliseconds: 600_000)).session
+                let ping = try #require(try command.ping().log)
+                for index in 0..<600 {
+                    let status: Status = index.isMultiple(of: 2) ? .away : .busy
+                    for session in [alice, bob, carol] { try command.setStatus(session, status) }
+                }
+                let watcher = try await gateway.client(token: gateway.token("watcher"))
+                let resume = { (id: String, topics: String) in
+                    #"{"op":"subscribe","id":"\#(id)","topics":[\#(topics)],"after":\#(ping.offset),"log_epoch":"\#(ping.epoch)"}"#
+                }
+                let both = try await watcher.call(resume("both", #""presence/alice/","presence/bob/""#), id: "both")
+                #expect(WebSocketTests.code(both) == "snapshot_required")
+                let one = try await watcher.call(resume("one", #""presence/alice/""#), id: "one")
+                #expect(one[JSONKey("ok")] == .bool(true))
+                var updates = 0
+                while updates < 600, try await watcher.next(timeout: 5_000) != nil { updates += 1 }
+                #expect(updates == 600)
+            }
+        }
+
         /// The record inside an update frame.
         static func message(_ frame: String) throws -> [JSONKey: JSON] {
             guard case .object(let fields) = try JSONParser.parse(Array(frame.utf8)),
