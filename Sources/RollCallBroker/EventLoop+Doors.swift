@@ -17,7 +17,7 @@ extension EventLoop {
     func answerGateway(_ request: Result<GatewayRequest, RequestRejection>, from id: ConnectionID) {
         let replays = webSockets.answer(
             request, from: id, limits: (configuration.maxReplyBytes, configuration.webSocket.maxSubscriptions),
-            run: { counted($0, connection: id, access: $1) },
+            run: { counted($0.request, connection: id, access: $1, awaited: ($0.id, .webSocket(id))) },
             missed: {
                 store?.missed(of: $0, after: $1, logEpoch: $2, machine: &machine, now: clock.now())
                     ?? .failure(StoreSide.noResume)

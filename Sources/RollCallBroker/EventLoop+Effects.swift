@@ -32,6 +32,7 @@ extension EventLoop {
                 case .publishViews(let record): publish(record, replay: true)
                 case .resendViews(let before):
                     webSockets.resendViews(since: before, core: machine.published, now: clock.now())
+                case .answer(let ticket, let result): answerAwaited(ticket, result)
                 }
             }
             effects.carrying.removeAll(keepingCapacity: true)

@@ -18,16 +18,35 @@ extension EventLoop {
         }
     }
 
-    /// Runs a request (or takes its ready answer) and sends the reply where it goes.
-    func answer(_ work: RequestWork, route: ReplyRoute) {
+    /// Runs a request (or takes its ready answer) and sends the reply where it goes. Whether the reply waits for etcd
+    /// instead (``awaitedReplies``): the connection is then held, its later requests queued behind it.
+    @discardableResult
+    func answer(_ work: RequestWork, route: ReplyRoute) -> Bool {
         switch work.decoded(limits: configuration.presence) {
         case .answer(let reply): send(reply, route: route)
         case .request(let request, let connection, let userID, _):
-            let result = counted(request.request, connection: connection, access: commands.access(userID: userID))
+            guard
+                let result = counted(
+                    request.request, connection: connection, access: commands.access(userID: userID),
+                    awaited: (request.id, route))
+            else { return true }
             send(Codec.encodeReply(id: request.id, result, maxBytes: configuration.maxReplyBytes), route: route)
-        case .gateway(let request): if case .webSocket(let id) = route { answerGateway(request, from: id) }
+        case .gateway(let request):
+            guard case .webSocket(let id) = route else { return false }
+            answerGateway(request, from: id)
+            return !awaitedReplies.isEmpty && awaitedReplies.values.contains { $0.route.key == route.key }
         case .queued: break  // decoded above
         }
+        return false
+    }
+
+    /// Sends a reply that waited for etcd (``BrokerMachine/Effect/answer(ticket:_:)``), and lets its connection's
+    /// later requests take turns again.
+    func answerAwaited(_ ticket: UInt64, _ result: Result<Reply, PresenceError>) {
+        guard let awaited = awaitedReplies.removeValue(forKey: ticket) else { return }
+        metrics.request(awaited.request, failed: result.failureCode)
+        send(Codec.encodeReply(id: awaited.id, result, maxBytes: configuration.maxReplyBytes), route: awaited.route)
+        requests.release(awaited.route.key)
     }
 
     /// Sends a reply where it goes (a connection closed meanwhile gets nothing); a WebSocket connection may then hand
@@ -42,11 +61,19 @@ extension EventLoop {
     }
 
     /// Runs a request through the machine, carries out what it did, and counts its outcome for
-    /// `rollcall_requests_total`. A refused request changes nothing.
-    func counted(_ request: Request, connection: ConnectionID?, access: Access) -> Result<Reply, PresenceError> {
+    /// `rollcall_requests_total`. A refused request changes nothing. `nil`: the reply waits for etcd; it goes to
+    /// `awaited` (the request's id and route) later, and the route's connection is held until then.
+    func counted(
+        _ request: Request, connection: ConnectionID?, access: Access, awaited: (id: JSON?, route: ReplyRoute)
+    ) -> Result<Reply, PresenceError>? {
         let result: Result<Reply, PresenceError>  // a read of the log never comes here: ``startRead``
         switch machine.handle(request, connection: connection, access: access, now: clock.now()) {
         case .reply(let reply): result = reply
+        case .afterEtcd(let ticket):
+            awaitedReplies[ticket] = AwaitedReply(id: awaited.id, route: awaited.route, request: request)
+            requests.hold(awaited.route.key)
+            carryOutEffects()
+            return nil
         case .advanceClock(let milliseconds):
             // Connections that closed before this request are closed before the clock moves, as on a real clock.
             try? handleConnectionEvents()
@@ -105,8 +132,7 @@ extension EventLoop {
             guard let access = webSockets.access(of: id) else { return .done }  // closed: nobody reads the answer
             return startRead(envelope, access: access, route: route)
         default:
-            answer(work, route: route)
-            return .done
+            return answer(work, route: route) ? .reading : .done
         }
     }
 

@@ -25,6 +25,16 @@ final class EventLoop {
     let requests = RequestQueue()
     /// A cluster node's link: started and stopped with the loop; it reports each round and takes the machine's writes.
     let cluster: ClusterLink?
+    /// Replies that wait for etcd (a privacy edit on a node of a cluster, ``BrokerMachine/Answer/afterEtcd(ticket:)``),
+    /// by ticket; their connections are held in ``requests`` until they go.
+    var awaitedReplies: [UInt64: AwaitedReply] = [:]
+
+    /// Where a reply that waits for etcd goes, and the request it answers (for `rollcall_requests_total`).
+    struct AwaitedReply {
+        let id: JSON?
+        let route: ReplyRoute
+        let request: Request
+    }
 
     /// The most requests handled before the loop looks at subscriptions and deadlines again.
     static let batch = 512

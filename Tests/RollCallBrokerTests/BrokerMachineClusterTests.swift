@@ -607,22 +607,26 @@ struct BrokerMachineClusterPrivacyTests {
 
     static let zoe = Access.role(.user("zoe".id))
 
+    /// The error code of a reply, if it is a refusal.
+    static func code(_ reply: Result<Reply, PresenceError>) -> ErrorCode? {
+        if case .failure(let error) = reply { error.code } else { nil }
+    }
+
     /// Two edits in a row on one node both hold (the second starts from what the first wrote, not from the view,
-    /// which has not heard of it yet); each writes the one choice it changes; nothing is applied before etcd brings
-    /// the writes back, and then hidden viewers get the record of the moment of the write.
+    /// which has not heard of it yet); each writes the one choice it changes; nothing is applied, nor answered,
+    /// before etcd brings the writes back, and then hidden viewers get the record of the moment of the write.
     @Test func editsAreWrittenAndAppliedWhenTheyComeBack() throws {
         var node = Scripted(cluster: true)
         _ = BrokerMachineClusterTests.carolOnline(on: &node)
-        #expect(
-            node.request(.contacts(user: "carol".id, .set(["bob".id])))
-                == .success(.listCount(name: "contacts", count: 1)))
-        #expect(
-            node.request(.contacts(user: "carol".id, .add(["dan".id])))
-                == .success(.listCount(name: "contacts", count: 2)))
-        #expect(
-            node.request(.privacy(user: "carol".id, visibility: .contacts, lastSeen: nil))
-                == .success(.privacy(PrivacyPolicy(visibility: .contacts))))
-        let written = Self.written(node.effects())
+        let tickets = [
+            node.edit(.contacts(user: "carol".id, .set(["bob".id]))),
+            node.edit(.contacts(user: "carol".id, .add(["dan".id]))),
+            node.edit(.privacy(user: "carol".id, visibility: .contacts, lastSeen: nil)),
+        ].compactMap { $0 }
+        #expect(tickets.count == 3 && Set(tickets).count == 3)
+        let effects = node.effects()
+        #expect(Scripted.answers(effects).isEmpty, "no reply before etcd has the edits")
+        let written = Self.written(effects)
         #expect(
             written.map(\.key) == [
                 Self.key("carol", .contacts), Self.key("carol", .contacts), Self.key("carol", .policy),
@@ -639,17 +643,25 @@ struct BrokerMachineClusterPrivacyTests {
         node.now = node.now + 40  // etcd's answer comes later; the records frozen take the write's time
         node.machine.applyClusterChanges(
             [
+                .privacyPut(written[0].key, value: written[0].value, revision: 49),
                 .privacyPut(written[2].key, value: written[2].value, revision: 50),
                 .privacyPut(written[1].key, value: written[1].value, revision: 51),
             ], now: node.now)
+        let answers = Scripted.answers(node.effects())
+        #expect(answers.map(\.ticket) == [tickets[0], tickets[2], tickets[1]], "answered as etcd brings them back")
+        #expect(
+            answers.map(\.reply) == [
+                .success(.listCount(name: "contacts", count: 1)),
+                .success(.privacy(PrivacyPolicy(visibility: .contacts))),
+                .success(.listCount(name: "contacts", count: 2)),
+            ])
         let hidden = try #require(try node.query("carol", access: Self.zoe).first)
         #expect(hidden.status == .offline && hidden.reason == .bye && hidden.sessions == 0)
         #expect(hidden.seq == 1_051)
         #expect(hidden.since == madeAt && hidden.lastSeen == madeAt)
         #expect(try node.query("carol", access: .role(.user("dan".id))).first?.status == .online)
         // The next edit starts from the view, which holds both now.
-        #expect(
-            node.request(.block(user: "carol".id, .add(["dan".id]))) == .success(.listCount(name: "blocks", count: 1)))
+        #expect(node.edit(.block(user: "carol".id, .add(["dan".id]))) != nil)
         #expect(Self.written(node.effects()).map(\.key) == [Self.key("carol", .blocks)])
         #expect(node.machine.published.contacts(of: "carol".id) == ["bob".id, "dan".id])
     }
@@ -736,9 +748,74 @@ struct BrokerMachineClusterPrivacyTests {
         }
         #expect(error.code == .limit)
         #expect(Self.written(node.effects()).isEmpty)
+        #expect(node.edit(.contacts(user: "carol".id, .set(Array(many.prefix(5_000))))) != nil)
+        #expect(Self.written(node.effects()).count == 1)
+    }
+
+    /// A `block` is answered once etcd has it and this node applies it, after the views it changes: bob is hidden
+    /// before the client hears `ok`. The same block asked again before that changes nothing, and waits for the first.
+    @Test func aBlockIsAnsweredAfterItHolds() throws {
+        var node = Scripted(cluster: true)
+        _ = BrokerMachineClusterTests.carolOnline(on: &node)
+        let firstTicket = node.edit(.block(user: "carol".id, .add(["bob".id])))
+        let first = try #require(firstTicket)
+        let againTicket = node.edit(.block(user: "carol".id, .add(["bob".id])))
+        let again = try #require(againTicket)
+        let written = Self.written(node.effects())
+        #expect(written.count == 1, "the second edit changes nothing and writes nothing")
+        #expect(try node.query("carol", access: .role(.user("bob".id))).first?.status == .online)
+        node.machine.applyClusterChanges(
+            [.privacyPut(written[0].key, value: written[0].value, revision: 52)], now: node.now)
+        let effects = node.effects()
+        let answers = Scripted.answers(effects)
+        #expect(answers.map(\.ticket) == [first, again])
+        #expect(answers.allSatisfy { $0.reply == .success(.listCount(name: "blocks", count: 1)) })
+        let views = effects.firstIndex { if case .resendViews = $0 { true } else { false } }
+        let reply = effects.firstIndex { if case .answer = $0 { true } else { false } }
+        #expect(views != nil && reply != nil && views! < reply!, "the views change before the reply goes")
+        #expect(try node.query("carol", access: .role(.user("bob".id))).first?.status == .offline)
+        // Once it is back, the same edit again is answered at once.
         #expect(
-            node.request(.contacts(user: "carol".id, .set(Array(many.prefix(5_000)))))
-                == .success(.listCount(name: "contacts", count: 5_000)))
+            node.request(.block(user: "carol".id, .add(["bob".id]))) == .success(.listCount(name: "blocks", count: 1)))
+    }
+
+    /// An edit whose write etcd refuses, one pending when the node loses etcd, and one that etcd never brings back
+    /// within 10 s are answered `cluster_unavailable`: never `ok` for an edit etcd may not have.
+    @Test func anEditEtcdDoesNotConfirmIsAnsweredClusterUnavailable() throws {
+        var node = Scripted(cluster: true)
+        let refusedTicket = node.edit(.block(user: "carol".id, .add(["bob".id])))
+        let refused = try #require(refusedTicket)
+        let write = try #require(BrokerMachineClusterTests.writes(node.effects()).first)
+        node.machine.clusterReported(
+            [.writeFailed(write, "etcdserver: too many operations")], acceptsSessions: true, seqBase: 1_000,
+            now: node.now)
+        var answers = Scripted.answers(node.effects())
+        #expect(answers.map(\.ticket) == [refused])
+        #expect(answers.map { Self.code($0.reply) } == [.clusterUnavailable])
+
+        node.machine.clusterReported([.state(.live(lease: 7))], acceptsSessions: true, seqBase: 1_000, now: node.now)
+        let cutOffTicket = node.edit(.block(user: "carol".id, .add(["dan".id])))
+        let cutOff = try #require(cutOffTicket)
+        _ = node.effects()
+        node.machine.clusterReported(
+            [.state(.cutOff(lease: 7, sinceMs: 0))], acceptsSessions: false, seqBase: 1_000, now: node.now)
+        answers = Scripted.answers(node.effects())
+        #expect(answers.map(\.ticket) == [cutOff])
+        #expect(answers.map { Self.code($0.reply) } == [.clusterUnavailable])
+
+        node.machine.clusterReported([.state(.live(lease: 7))], acceptsSessions: true, seqBase: 1_000, now: node.now)
+        let lostTicket = node.edit(.privacy(user: "carol".id, visibility: .nobody, lastSeen: nil))
+        let lost = try #require(lostTicket)
+        _ = node.effects()
+        #expect(node.machine.nextDeadline == node.now + ClusterSide.editConfirmationMilliseconds)
+        node.now = node.now + (ClusterSide.editConfirmationMilliseconds - 1)
+        node.machine.tick(now: node.now)
+        #expect(Scripted.answers(node.effects()).isEmpty)
+        node.now = node.now + 1
+        node.machine.tick(now: node.now)
+        answers = Scripted.answers(node.effects())
+        #expect(answers.map(\.ticket) == [lost])
+        #expect(answers.map { Self.code($0.reply) } == [.clusterUnavailable])
     }
 
     /// A node with neither CURVE keys nor WebSocket tokens says once that the cluster's privacy choices have no

@@ -50,7 +50,22 @@ struct Scripted {
         switch machine.handle(request, connection: connection, access: access, now: now) {
         case .reply(let reply): return reply
         case .advanceClock(let milliseconds): return .failure(PresenceError(.badRequest, "advance \(milliseconds)"))
+        case .afterEtcd(let ticket): return .failure(PresenceError(.badRequest, "waits for etcd: ticket \(ticket)"))
         }
+    }
+
+    /// A privacy edit on a node of a cluster: the ticket of its reply, which waits for etcd; `nil` if it was answered
+    /// at once.
+    mutating func edit(_ request: Request, access: Access = .open) -> UInt64? {
+        guard case .afterEtcd(let ticket) = machine.handle(request, connection: nil, access: access, now: now) else {
+            return nil
+        }
+        return ticket
+    }
+
+    /// The replies that waited for etcd among `effects`, in order.
+    static func answers(_ effects: [BrokerMachine.Effect]) -> [(ticket: UInt64, reply: Result<Reply, PresenceError>)] {
+        effects.compactMap { if case .answer(let ticket, let reply) = $0 { (ticket, reply) } else { nil } }
     }
 
     /// Opens a session and returns its id (the effects of the hello are left for the test).

@@ -21,14 +21,17 @@ struct RequestQueueTests {
     final class Answers {
         var log: [String] = []
 
-        func note(_ work: RequestWork, _ route: ReplyRoute) {
-            guard case .router(let envelope) = route else { return }
+        /// Notes the answer; none waits for etcd.
+        @discardableResult
+        func note(_ work: RequestWork, _ route: ReplyRoute) -> Bool {
+            guard case .router(let envelope) = route else { return false }
             let op: String
             switch work.decoded(limits: .init()) {
             case .request(let envelope, _, _, _): op = envelope.request.op
             default: op = "?"
             }
             log.append("\(envelope[0][0]):\(op)")
+            return false
         }
     }
 

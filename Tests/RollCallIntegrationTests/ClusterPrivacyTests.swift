@@ -14,7 +14,8 @@ extension Integration {
         /// Two nodes with CURVE keys bound to users. The backend (an operator key) sets alice's contacts through node
         /// a while alice chooses contacts-only through node b: both hold. Zoe, a stranger, reads the record of a
         /// bye, the same on both nodes to the seq and the millisecond; bob, a contact, reads alice busy on both; once
-        /// alice blocks bob through node b, node a hides her from bob too; the operator reads the truth throughout.
+        /// alice blocks bob through node b, it holds there when acknowledged, and node a hides her from bob too; the
+        /// operator reads the truth throughout.
         @Test func choicesMadeOnOneNodeHoldOnEveryNode() throws {
             let keys = try TestKeys("alice", "bob", "zoe", "op")
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
@@ -71,6 +72,8 @@ extension Integration {
             }
 
             _ = try client(1, "alice").call(.block(user: alice, .add(["bob".id])))
+            // Answered once etcd has it and node b applies it: on node b it holds before the ok, with no wait.
+            #expect(try record(bob[1])?.reason == .bye, "alice's block holds on node b when it is acknowledged")
             let blocked = try ClusterFixture.until("alice hidden from bob on node a") {
                 try record(bob[0]).flatMap { $0.reason == .bye ? $0 : nil }
             }

@@ -46,6 +46,14 @@ struct ClusterSide {
     /// The privacy choices this node wrote and has not read back from etcd yet: the next edit on this node starts
     /// from them, so that two edits in a row both hold (``BrokerMachine/editPrivacy(_:now:)``).
     var writtenPrivacy: [ClusterKeys.PrivacyKey: String] = [:]
+    /// Privacy edits this node wrote to etcd whose replies wait for them to come back (oldest first): a `block`
+    /// acknowledged is in etcd and holds on this node (``BrokerMachine/editClusterPrivacy(_:now:)``).
+    var awaitedEdits: [AwaitedEdit] = []
+    /// The ticket of the latest awaited edit.
+    var lastTicket: UInt64 = 0
+    /// How long an edit's reply waits for etcd before it is answered `cluster_unavailable` (broker milliseconds):
+    /// etcd answers in milliseconds, and a node cut off answers its awaited edits as soon as it knows.
+    static let editConfirmationMilliseconds: Int64 = 10_000
     /// The time of each privacy choice as etcd last held it: a key deleted by hand takes it, the same on every node.
     var choiceTimes: [ClusterKeys.PrivacyKey: BrokerTime] = [:]
     /// Each user's view of its subscribers before a join's replay changed the user's privacy: resent once the replay
@@ -61,6 +69,23 @@ struct ClusterSide {
     /// How long a node holds a loss's ends for its stamp. One etcd round trip is milliseconds; the wait runs out
     /// only when this node cannot write to etcd or read it back (then it is not live anyway).
     var lossStampWaitMilliseconds: Int64 = 1_000
+
+    /// A privacy edit whose reply waits for its write (`key`, `value`) to come back from etcd.
+    struct AwaitedEdit {
+        let ticket: UInt64
+        let key: ClusterKeys.PrivacyKey
+        let value: String
+        let reply: Result<Reply, PresenceError>
+        let since: BrokerTime
+    }
+
+    /// Takes the awaited edits that `matches`, oldest first.
+    mutating func takeAwaitedEdits(where matches: (AwaitedEdit) -> Bool) -> [AwaitedEdit] {
+        guard !awaitedEdits.isEmpty else { return [] }
+        let taken = awaitedEdits.filter(matches)
+        if !taken.isEmpty { awaitedEdits.removeAll(where: matches) }
+        return taken
+    }
 
     init(nodeID: String, presence: PresenceCore.Configuration) {
         self.nodeID = nodeID
@@ -178,6 +203,14 @@ extension BrokerMachine {
                 return (side.standing.state != before, rejoined)
             } ?? (false, false)
         if rejoined { endAbandonedSessions(now: now) }
+        if !state.isLive {
+            answerAwaitedEdits(
+                where: { _ in true },
+                with: PresenceError(
+                    .clusterUnavailable,
+                    "this node lost the cluster's store (etcd) before the edit came back from it: it may still take "
+                        + "effect when the node joins again; send it again (here later, or to another node)"))
+        }
         return changed
     }
 
@@ -413,6 +446,9 @@ extension BrokerMachine {
             withCluster { side in
                 if side.writtenPrivacy[key] == value { side.writtenPrivacy[key] = nil }
             }
+            answerAwaitedEdits(
+                where: { $0.key == key && $0.value == value },
+                with: PresenceError(.clusterUnavailable, "etcd refused the edit; nothing changed"))
             return
         }
         guard case .putSession(let number, _, _) = write,

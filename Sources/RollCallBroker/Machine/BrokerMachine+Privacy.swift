@@ -31,8 +31,9 @@ extension BrokerMachine {
         return core.hasBlocks
     }
 
+    /// `privacy`, `contacts` and `block` on a single broker. A node of a cluster answers them in
+    /// ``handle(_:connection:access:now:)``, after etcd (``editClusterPrivacy(_:now:)``).
     mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
-        if case .cluster = publishing { return editClusterPrivacy(request, now: now) }
         let result: Result<Reply, PresenceError>
         let before: PrivacySnapshot
         switch request {
@@ -52,20 +53,24 @@ extension BrokerMachine {
         return result
     }
 
-    /// `privacy`, `contacts` and `block` on a node of a cluster: the edit is checked and answered here, against the
-    /// cluster's view and what this node wrote and has not read back yet, and the choice it changes (the policy, the
-    /// contacts or the blocks) is written whole to etcd, from where every node, this one included, applies it at the
-    /// write's revision, freezing the same records with the same seqs (docs/privacy.md, "Clusters").
-    private mutating func editClusterPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {
+    /// `privacy`, `contacts` and `block` on a node of a cluster: the edit is checked here, against the cluster's view
+    /// and what this node wrote and has not read back yet, and the choice it changes (the policy, the contacts or the
+    /// blocks) is written whole to etcd, from where every node, this one included, applies it at the write's
+    /// revision, freezing the same records with the same seqs (docs/privacy.md, "Clusters").
+    ///
+    /// The reply waits until the write is back from etcd and applied here (``Answer/afterEtcd(ticket:)``): an edit
+    /// acknowledged is in etcd, and a `block` holds on this node, before the client hears `ok`. An edit that changes
+    /// nothing waits for this node's earlier write of the same choice, if one is not back yet.
+    mutating func editClusterPrivacy(_ request: Request, now: BrokerTime) -> Answer {
         // A node cut off from the cluster cannot vouch that its edit will hold, nor for what the user chose.
-        if let refusal = clusterRefusal { return .failure(refusal) }
+        if let refusal = clusterRefusal { return .reply(.failure(refusal)) }
         let user: UserID
         let field: ClusterKeys.PrivacyField
         switch request {
         case .privacy(let u, _, _): (user, field) = (u, .policy)
         case .contacts(let u, _): (user, field) = (u, .contacts)
         case .block(let u, _): (user, field) = (u, .blocks)
-        default: return .failure(PresenceError(.badRequest, "\(request.op) is not a privacy request"))
+        default: return .reply(.failure(PresenceError(.badRequest, "\(request.op) is not a privacy request")))
         }
         var current = published.choices(of: user)
         withCluster { side in
@@ -88,27 +93,71 @@ extension BrokerMachine {
                 return .listCount(name: "contacts", count: contacts.count)
             }
         case .block(_, let edit):
-            if case .set = edit { return .failure(PresenceError(.badRequest, "block takes add or remove, not set")) }
+            if case .set = edit {
+                return .reply(.failure(PresenceError(.badRequest, "block takes add or remove, not set")))
+            }
             result = published.editedList(current.blocks, edit, of: user, what: "blocks").map { blocks in
                 choices.blocks = blocks
                 return .listCount(name: "blocks", count: blocks.count)
             }
         default:
-            return .failure(PresenceError(.badRequest, "\(request.op) is not a privacy request"))
+            return .reply(.failure(PresenceError(.badRequest, "\(request.op) is not a privacy request")))
         }
-        guard case .success = result, choices != current else { return result }
+        guard case .success = result else { return .reply(result) }
         let key = ClusterKeys.PrivacyKey(user: user.rawValue, field: field)
+        guard choices != current else {
+            // Nothing to write; but what it answers may rest on this node's earlier write, not back yet.
+            guard let written = withCluster({ $0.writtenPrivacy[key] }) ?? nil else { return .reply(result) }
+            return awaitEdit(key, value: written, reply: result, now: now)
+        }
         let value = ClusterValues.encode(field, of: choices, at: now)
         guard value.utf8.count <= ClusterSide.maxChoiceBytes else {
-            return .failure(
-                PresenceError(
-                    .limit,
-                    "\(user)'s \(field.rawValue) would take \(value.utf8.count) bytes in etcd; a node of a cluster "
-                        + "writes at most \(ClusterSide.maxChoiceBytes)"))
+            return .reply(
+                .failure(
+                    PresenceError(
+                        .limit,
+                        "\(user)'s \(field.rawValue) would take \(value.utf8.count) bytes in etcd; a node of a cluster "
+                            + "writes at most \(ClusterSide.maxChoiceBytes)")))
         }
         withCluster { $0.writtenPrivacy[key] = value }
         effects.append(.clusterWrite(.putPrivacy(key, value: value)))
-        return result
+        return awaitEdit(key, value: value, reply: result, now: now)
+    }
+
+    /// Keeps `reply` until the write of `value` to `key` comes back from etcd.
+    private mutating func awaitEdit(
+        _ key: ClusterKeys.PrivacyKey, value: String, reply: Result<Reply, PresenceError>, now: BrokerTime
+    ) -> Answer {
+        let ticket =
+            withCluster { side in
+                side.lastTicket += 1
+                side.awaitedEdits.append(
+                    ClusterSide.AwaitedEdit(ticket: side.lastTicket, key: key, value: value, reply: reply, since: now))
+                return side.lastTicket
+            } ?? UInt64(0)
+        return .afterEtcd(ticket: ticket)
+    }
+
+    /// Answers the awaited edits that `matches` with `error`: etcd refused them, or this node cannot tell whether it
+    /// has them.
+    mutating func answerAwaitedEdits(where matches: (ClusterSide.AwaitedEdit) -> Bool, with error: PresenceError) {
+        for edit in withCluster({ $0.takeAwaitedEdits(where: matches) }) ?? [] {
+            effects.append(.answer(ticket: edit.ticket, .failure(error)))
+        }
+    }
+
+    /// Answers the edits that waited for etcd longer than ``ClusterSide/editConfirmationMilliseconds`` (their write
+    /// may have been overtaken by a snapshot of etcd after a compaction, so that it never comes back as itself).
+    mutating func answerUnconfirmedEdits(now: BrokerTime) {
+        guard let first = withCluster({ $0.awaitedEdits.first }) ?? nil,
+            now - first.since >= ClusterSide.editConfirmationMilliseconds
+        else { return }
+        answerAwaitedEdits(
+            where: { now - $0.since >= ClusterSide.editConfirmationMilliseconds },
+            with: PresenceError(
+                .clusterUnavailable,
+                "etcd did not confirm the edit within \(ClusterSide.editConfirmationMilliseconds) ms: it may still "
+                    + "take effect; send it again"))
     }
 
     /// One of a user's privacy choices came from etcd (any node's edit, this one's included; `nil`: its key was
@@ -151,14 +200,18 @@ extension BrokerMachine {
         withPublished { $0.setChoices(user, choices, stamp: stamp, now: now) }
         effects.append(.resendViews(before))
         let identifiesViewers = configuration.identifiesViewers
-        let warn =
+        let (warn, confirmed): (Bool, [ClusterSide.AwaitedEdit]) =
             withCluster { side in
                 if let value, side.writtenPrivacy[key] == value { side.writtenPrivacy[key] = nil }
                 side.choiceTimes[key] = value == nil ? nil : time
                 let warn = !side.warnedOfPrivacyWithoutViewers && value != nil && !identifiesViewers
                 if warn { side.warnedOfPrivacyWithoutViewers = true }
-                return warn
-            } ?? false
+                // This node's edits of that value are in etcd now, and applied here.
+                let confirmed = value.map { value in side.takeAwaitedEdits { $0.key == key && $0.value == value } }
+                return (warn, confirmed ?? [])
+            } ?? (false, [])
+        // Their replies go after the views they changed.
+        for edit in confirmed { effects.append(.answer(ticket: edit.ticket, edit.reply)) }
         if warn {
             // Without keys or tokens every peer is an operator and sees the truth (docs/privacy.md), as at the start
             // of a single broker that restores privacy settings.

@@ -33,6 +33,8 @@ struct BrokerMachine {
         case publishViews(PresenceRecord)
         /// A user's privacy changed: each WebSocket subscriber whose view differs from `before` gets its new view.
         case resendViews(PrivacySnapshot)
+        /// The reply to a request answered with ``Answer/afterEtcd(ticket:)``, now that etcd has the edit (or cannot).
+        case answer(ticket: UInt64, Result<Reply, PresenceError>)
     }
 
     /// What answering a request takes.
@@ -40,6 +42,9 @@ struct BrokerMachine {
         case reply(Result<Reply, PresenceError>)
         /// Test mode's `advance`: the loop moves its clock (EventLoop.advance(to:)), then replies.
         case advanceClock(milliseconds: Int64)
+        /// A privacy edit on a node of a cluster: the reply waits until the edit is back from etcd, and comes as
+        /// ``Effect/answer(ticket:_:)``; the loop holds the connection's later requests until then.
+        case afterEtcd(ticket: UInt64)
     }
 
     let configuration: BrokerConfiguration
@@ -96,6 +101,12 @@ struct BrokerMachine {
                 return .reply(.failure(PresenceError(.unknownOp, "unknown op 'advance'")))
             }
             return .advanceClock(milliseconds: milliseconds)
+        }
+        if case .cluster = publishing {
+            switch request {
+            case .privacy, .contacts, .block: return editClusterPrivacy(request, now: now)
+            default: break
+            }
         }
         let result = execute(request, connection: connection, access: access, now: now)
         // A node of a cluster writes each change with the value it had then: two changes of one session in one
@@ -236,6 +247,7 @@ struct BrokerMachine {
         publishLocal(core.tick(now: now), now: now)
         if case .cluster = publishing {
             applyHeldChanges(now: now)  // a lost node's ends whose stamp did not come in time
+            answerUnconfirmedEdits(now: now)
             let actions = withPublished { $0.tick(now: now) }
             publish(actions, now: now)
         }
@@ -249,7 +261,9 @@ struct BrokerMachine {
             return min(a, b)
         }
         guard case .cluster(let side) = publishing else { return core.nextDeadline }
-        return earliest(earliest(core.nextDeadline, side.view.nextDeadline), side.holdUntil)
+        return earliest(
+            earliest(earliest(core.nextDeadline, side.view.nextDeadline), side.holdUntil),
+            side.awaitedEdits.first.map { $0.since + ClusterSide.editConfirmationMilliseconds })
     }
 
     // MARK: Effects

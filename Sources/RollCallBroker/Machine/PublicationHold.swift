@@ -60,7 +60,7 @@ struct PublicationHold {
     static func waits(_ effect: BrokerMachine.Effect) -> Bool {
         switch effect {
         case .publish, .publishGroup, .publishViews, .resendViews: true
-        case .clusterWrite, .publishHeartbeat, .warning, .notice, .sessionSteps: false
+        case .clusterWrite, .publishHeartbeat, .warning, .notice, .sessionSteps, .answer: false
         }
     }
 

@@ -26,10 +26,13 @@ final class RequestQueue {
     /// waits.
     func take(
         _ work: RequestWork, body: [UInt8], key: FairnessKey, route: ReplyRoute,
-        answer: (RequestWork, ReplyRoute) -> Void
+        answer: (RequestWork, ReplyRoute) -> Bool
     ) {
         let expensive = work.isExpensive
-        guard expensive || queue.isWaiting(key) else { return answer(work, route) }
+        guard expensive || queue.isWaiting(key) else {
+            _ = answer(work, route)  // a reply that waits for etcd holds the key itself
+            return
+        }
         let queued = work.queued(body: body)
         queue.append(
             DeferredWork(work: queued, route: route, expensive: expensive), for: key, expensive: expensive,
@@ -54,6 +57,9 @@ final class RequestQueue {
             if ContinuousClock.now - start >= Self.slice { return }
         }
     }
+
+    /// Holds a connection whose reply waits (for etcd): its later requests queue behind it until ``release(_:)``.
+    func hold(_ key: FairnessKey) { queue.hold(key) }
 
     /// Lets a held connection take turns again.
     func release(_ key: FairnessKey) { queue.release(key) }

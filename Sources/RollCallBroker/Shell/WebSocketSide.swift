@@ -73,18 +73,22 @@ final class WebSocketSide {
     func answer(
         _ frame: Result<GatewayRequest, RequestRejection>, from id: ConnectionID,
         limits: (replyBytes: Int, topics: Int),
-        run: (Request, Access) -> Result<Reply, PresenceError>,
+        run: (RequestEnvelope, Access) -> Result<Reply, PresenceError>?,
         missed: ([Topic], UInt64, String?) -> Result<[LogEntry], PresenceError>, core: () -> PresenceCore,
         now: BrokerTime
     ) -> [Topic] {
         guard let peer = table.peers[id] else { return [] }  // closed meanwhile: nobody reads the answer
-        defer { peer.outbox.requestDone() }
+        var answered = true  // a reply that waits for etcd counts as in flight until it goes (EventLoop.send)
+        defer { if answered { peer.outbox.requestDone() } }
         switch frame {
         case .failure(let rejection):
             metrics.request(nil, failed: rejection.error.code)
             deliver(Codec.encodeReply(id: rejection.id, .failure(rejection.error)), to: id)
         case .success(.request(let envelope)):
-            let result = run(envelope.request, peer.access)
+            guard let result = run(envelope, peer.access) else {
+                answered = false
+                return []
+            }
             deliver(Codec.encodeReply(id: envelope.id, result, maxBytes: limits.replyBytes), to: id)
         case .success(.subscribe(let requestID, let topics, let after, let epoch)):
             var found: [LogEntry]?
