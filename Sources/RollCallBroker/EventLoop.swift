@@ -69,6 +69,16 @@ final class EventLoop {
     func run(stopping: borrowing Atomic<Bool>) throws {
         cluster?.node.start()
         defer {
+            // Replies still waiting for etcd are not left to the clients' timeouts.
+            for ticket in awaitedReplies.keys.sorted() {
+                answerAwaited(
+                    ticket,
+                    .failure(
+                        PresenceError(
+                            .clusterUnavailable,
+                            "this node stopped before etcd confirmed the edit: it may still take effect; send it "
+                                + "again to another node")))
+            }
             // Revokes the node's lease: its sessions end everywhere at once (node_lost). A read in flight is dropped.
             cluster?.node.stop()
             store?.stopReading()

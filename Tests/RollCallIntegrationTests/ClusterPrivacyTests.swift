@@ -71,7 +71,16 @@ extension Integration {
                 }
             }
 
-            _ = try client(1, "alice").call(.block(user: alice, .add(["bob".id])))
+            // A ping pipelined behind the block on the same connection is answered after it: replies keep their
+            // order while the block waits for etcd.
+            let pipeline = try RequestPipeline(
+                endpoint: cluster.nodes[1].command, credentials: keys.credentials("alice"))
+            pipeline.collected = []
+            try pipeline.send(Codec.encodeRequest(.block(user: alice, .add(["bob".id]))))
+            try pipeline.send(Codec.encodeRequest(.ping))
+            try pipeline.drain()
+            let replies = (pipeline.collected ?? []).map { String(decoding: $0, as: UTF8.self) }
+            #expect(replies.count == 2 && replies[0].contains(#""blocks":1"#) && replies[1].contains(#""epoch""#))
             // Answered once etcd has it and node b applies it: on node b it holds before the ok, with no wait.
             #expect(try record(bob[1])?.reason == .bye, "alice's block holds on node b when it is acknowledged")
             let blocked = try ClusterFixture.until("alice hidden from bob on node a") {

@@ -52,8 +52,9 @@ struct ClusterSide {
     /// The ticket of the latest awaited edit.
     var lastTicket: UInt64 = 0
     /// How long an edit's reply waits for etcd before it is answered `cluster_unavailable` (broker milliseconds):
-    /// etcd answers in milliseconds, and a node cut off answers its awaited edits as soon as it knows.
-    static let editConfirmationMilliseconds: Int64 = 10_000
+    /// etcd answers in milliseconds, a node cut off answers its awaited edits as soon as it knows, and a client's
+    /// request timeout (3 s by default for `CommandClient`) should not run out first.
+    static let editConfirmationMilliseconds: Int64 = 2_000
     /// The time of each privacy choice as etcd last held it: a key deleted by hand takes it, the same on every node.
     var choiceTimes: [ClusterKeys.PrivacyKey: BrokerTime] = [:]
     /// Each user's view of its subscribers before a join's replay changed the user's privacy: resent once the replay

@@ -147,13 +147,21 @@ extension BrokerMachine {
     }
 
     /// Answers the edits that waited for etcd longer than ``ClusterSide/editConfirmationMilliseconds`` (their write
-    /// may have been overtaken by a snapshot of etcd after a compaction, so that it never comes back as itself).
+    /// may have been overtaken by a snapshot of etcd after a compaction, so that it never comes back as itself). The
+    /// next edit then starts from the cluster's view again, not from a write that may never come back: sent again,
+    /// the edit is written again.
     mutating func answerUnconfirmedEdits(now: BrokerTime) {
         guard let first = withCluster({ $0.awaitedEdits.first }) ?? nil,
             now - first.since >= ClusterSide.editConfirmationMilliseconds
         else { return }
+        let late = { (edit: ClusterSide.AwaitedEdit) in now - edit.since >= ClusterSide.editConfirmationMilliseconds }
+        withCluster { side in
+            for edit in side.awaitedEdits where late(edit) && side.writtenPrivacy[edit.key] == edit.value {
+                side.writtenPrivacy[edit.key] = nil
+            }
+        }
         answerAwaitedEdits(
-            where: { now - $0.since >= ClusterSide.editConfirmationMilliseconds },
+            where: late,
             with: PresenceError(
                 .clusterUnavailable,
                 "etcd did not confirm the edit within \(ClusterSide.editConfirmationMilliseconds) ms: it may still "

@@ -60,6 +60,8 @@ struct PublicationHold {
     static func waits(_ effect: BrokerMachine.Effect) -> Bool {
         switch effect {
         case .publish, .publishGroup, .publishViews, .resendViews: true
+        // `.answer` (a reply that waited for etcd) comes only on a node of a cluster, which keeps no log and holds
+        // nothing: it never overtakes the views it follows.
         case .clusterWrite, .publishHeartbeat, .warning, .notice, .sessionSteps, .answer: false
         }
     }
