@@ -18,12 +18,47 @@ extension EventLoop {
         let replays = webSockets.answer(
             request, from: id, limits: (configuration.maxReplyBytes, configuration.webSocket.maxSubscriptions),
             run: { counted($0.request, connection: id, access: $1, awaited: ($0.id, .webSocket(id))) },
-            missed: {
-                store?.missed(of: $0, after: $1, logEpoch: $2, machine: &machine, now: clock.now())
-                    ?? .failure(StoreSide.noResume)
-            },
             core: { machine.published }, now: clock.now())
         for topic in replays where updates.requestReplay(topic, monotonic: signals.beat.now) { replay(topic) }
+    }
+
+    /// A WebSocket resume (`subscribe` with `after`, docs/history.md) in its turn: the file is read on the reader
+    /// thread, the connection held until the answer (its later requests wait). The topics are subscribed when the
+    /// read is back, and the transitions published meanwhile, kept by the loop, follow what was read: nothing missing,
+    /// nothing twice, and nothing on the loop but a look at what it holds.
+    func startResume(
+        _ requestID: JSON?, topics: [Topic], after: UInt64, logEpoch: String?, id: ConnectionID
+    ) -> TurnOutcome {
+        let refuse = { (error: PresenceError) -> TurnOutcome in
+            self.metrics.request(nil, failed: error.code)
+            self.send(Codec.encodeReply(id: requestID, .failure(error)), route: .webSocket(id))
+            return .done
+        }
+        guard let store else { return refuse(StoreSide.noResume) }
+        switch store.prepareResume(
+            of: topics, after: after, logEpoch: logEpoch, key: .webSocket(id), machine: &machine, now: clock.now())
+        {
+        case .refused(let error): return refuse(error)
+        case .full: return .full
+        case .waitsForLog: return .waitsForLog
+        case .ready(let read):
+            let mailbox = signals.mailbox
+            store.submitResume(read) { rows in
+                mailbox.post { loop in
+                    guard let store = loop.store else { return }
+                    for key in store.readFinished() + [.webSocket(id)] { loop.requests.release(key) }
+                    let missed = store.finishResume(read, rows, visible: loop.machine.visibleLogOffset)
+                    let replays = loop.webSockets.resumed(
+                        id, to: topics, requestID: requestID, missed: missed,
+                        maxTopics: loop.configuration.webSocket.maxSubscriptions, core: loop.machine.published,
+                        now: loop.clock.now())
+                    for topic in replays where loop.updates.requestReplay(topic, monotonic: loop.signals.beat.now) {
+                        loop.replay(topic)
+                    }
+                }
+            }
+            return .reading
+        }
     }
 
     /// A WebSocket connection closed, or the loop closes it: its queued writes still count (a bye behind a large read),

@@ -131,6 +131,9 @@ extension EventLoop {
         case (.gateway(.success(.request(let envelope))), .webSocket(let id)) where envelope.request.readsLog:
             guard let access = webSockets.access(of: id) else { return .done }  // closed: nobody reads the answer
             return startRead(envelope, access: access, route: route)
+        case (.gateway(.success(.subscribe(let requestID, let topics, let after?, let epoch))), .webSocket(let id)):
+            guard webSockets.access(of: id) != nil else { return .done }  // closed: nobody reads the answer
+            return startResume(requestID, topics: topics, after: after, logEpoch: epoch, id: id)
         default:
             return answer(work, route: route) ? .reading : .done
         }

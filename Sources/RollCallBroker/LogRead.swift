@@ -15,6 +15,13 @@ struct LoopHistory {
     let reader: LogReader?
     /// The reads in flight and the connections waiting for room (LogReadSlots).
     var slots = LogReadSlots()
+    /// The positions of the WebSocket resumes being read: ``unwritten`` keeps every transition above the lowest, so
+    /// that what is published while the file is read, and written meanwhile, is still here when the resume is
+    /// answered (``resumed(after:through:topics:)``).
+    private(set) var resumesReading: [UInt64] = []
+    /// The highest offset dropped from ``unwritten`` before it was written (the store could not write): a resume
+    /// from below it cannot be made whole.
+    private(set) var droppedThrough: UInt64 = 0
 
     init(log: PresenceLog, epoch: String, reader: LogReader? = nil) {
         self.log = log
@@ -28,9 +35,29 @@ struct LoopHistory {
         unwritten.removeAll()
     }
 
-    /// Forgets the transitions the writer has written (at or below `committed`).
+    /// Forgets the transitions the writer has written (at or below `committed`), but those a resume being read still
+    /// needs.
     mutating func forget(through committed: UInt64) {
-        while let first = unwritten.first, first.offset <= committed { unwritten.removeFirst() }
+        let through = resumesReading.min().map { min($0, committed) } ?? committed
+        while let first = unwritten.first, first.offset <= through { unwritten.removeFirst() }
+    }
+
+    /// Drops the oldest transitions past `limit` while the store cannot write (they are lost from the log).
+    mutating func dropUnwritten(past limit: Int) {
+        guard unwritten.count > limit else { return }
+        droppedThrough = max(droppedThrough, unwritten[unwritten.count - limit - 1].offset)
+        unwritten.removeFirst(unwritten.count - limit)
+    }
+
+    /// A resume from `position` is read on the reader thread: keep what is published from now on.
+    mutating func beginResume(at position: UInt64) { resumesReading.append(position) }
+
+    /// The resume read from `position` is back: the transitions of `topics` published after `position`, through
+    /// `visible` (what is out now), which it must deliver after what it read; `nil` if they are no longer all here.
+    mutating func resumed(after position: UInt64, through visible: UInt64, topics: [Topic]) -> [LogEntry]? {
+        if let index = resumesReading.firstIndex(of: position) { resumesReading.remove(at: index) }
+        guard droppedThrough <= position else { return nil }
+        return pending(above: position, through: visible, where: LogRead.includes(topics))
     }
 
     /// The transitions not in the file as of `committed`, up to `visible` (PublicationHold.swift), that `include`
@@ -60,6 +87,8 @@ struct LogRead: Sendable {
         /// `lastSeen`), when that entry is in the file.
         case history(HistoryQuery, lastSeen: UInt64?)
         case at(users: [UserID], at: BrokerTime)
+        /// A WebSocket `subscribe` with `after`: the transitions of `topics` after it, at most one page in all.
+        case resume(topics: [Topic], after: UInt64)
     }
 
     let kind: Kind
@@ -75,6 +104,11 @@ struct LogRead: Sendable {
     let position: LogPosition
     let now: BrokerTime
     let viewer: UserID?
+
+    /// The topics of a resume (none for another read).
+    var topics: [Topic] {
+        if case .resume(let topics, _) = kind { topics } else { [] }
+    }
 
     /// What the reader found.
     struct Rows: Sendable {
@@ -161,44 +195,37 @@ struct LogRead: Sendable {
         }
     }
 
-    /// The transitions of `topics` after `after` for a WebSocket `subscribe` that resumes, read on the loop (the
-    /// resume's transitions must come before any live one): refused when the log cannot continue from `after`, or
-    /// when more than a page (``HistoryQuery/maxLimit``) was missed.
-    static func missed(
+    /// Prepares a WebSocket resume (`subscribe` with `after`) of `topics`, or refuses it (another epoch, a cursor
+    /// ahead of the log): what is not in the file yet comes from the loop now, the rest from the reader.
+    static func prepareResume(
         of topics: [Topic], after: UInt64, logEpoch: String?, history: LoopHistory, committed: UInt64,
-        logOffset: UInt64
-    ) throws -> [LogEntry] {
-        if let refusal = refusal(of: after, epoch: logEpoch, history: history, logOffset: logOffset) { throw refusal }
-        try checkTrimmed(after, log: history.log)
-        let cap = HistoryQuery.maxLimit
-        var missed: [LogEntry]
-        if topics.contains(.allPresence) {
-            missed = try history.log.events(after: after, limit: cap + 1).filter { $0.offset <= committed }
-            missed += history.pending(above: max(after, committed), through: logOffset) { _ in true }
-        } else {
-            var users = Set<UserID>()
-            for case .presence(let user) in topics { users.insert(user) }
-            missed = []
-            // One page at most in all, not one per user: past it the resume is refused anyway, and a connection that
-            // resumes its 1,000 subscriptions must not hold the loop for 1,000 pages.
-            for user in users {
-                let budget = cap + 1 - missed.count
-                guard budget > 0 else { break }
-                missed += try history.log.history(of: user, from: nil, to: nil, after: after, limit: budget)
-                    .filter { $0.offset <= committed }
-            }
-            missed += history.pending(above: max(after, committed), through: logOffset) {
-                users.contains($0.record.user)
-            }
-            missed.sort { $0.offset < $1.offset }
+        logOffset: UInt64, now: BrokerTime
+    ) -> Result<LogRead, PresenceError> {
+        if let refusal = refusal(of: after, epoch: logEpoch, history: history, logOffset: logOffset) {
+            return .failure(refusal)
         }
-        guard missed.count <= cap else {
-            throw PresenceError(
-                .snapshotRequired,
-                "more than \(cap) transitions of these topics came after offset \(after): subscribe without "
-                    + "'after' (the current records come at once) and continue from there")
-        }
-        return missed
+        let pending = history.pending(above: max(after, committed), through: logOffset, where: includes(topics))
+        return .success(
+            LogRead(
+                kind: .resume(topics: topics, after: after), committed: committed, pending: pending,
+                lastSeenPending: nil, cursor: after, position: LogPosition(epoch: history.epoch, offset: logOffset),
+                now: now, viewer: nil))
+    }
+
+    /// Whether a transition belongs to one of `topics` (`presence/` takes every user's).
+    static func includes(_ topics: [Topic]) -> (LogEntry) -> Bool {
+        if topics.contains(.allPresence) { return { _ in true } }
+        var users = Set<UserID>()
+        for case .presence(let user) in topics { users.insert(user) }
+        return { users.contains($0.record.user) }
+    }
+
+    /// A resume that owes more than a page is refused: the client reads the current state instead.
+    static func tooManyMissed(after: UInt64) -> PresenceError {
+        PresenceError(
+            .snapshotRequired,
+            "more than \(HistoryQuery.maxLimit) transitions of these topics came after offset \(after): subscribe "
+                + "without 'after' (the current records come at once) and continue from there")
     }
 
     /// Whether an entry is within a `history` query's bounds.
@@ -224,6 +251,25 @@ struct LogRead: Sendable {
                 try log.history(of: query.user, from: nil, to: nil, after: offset - 1, limit: 1)
                     .first { $0.offset == offset }
             }
+        case .resume(let topics, let after):
+            try Self.checkTrimmed(after, log: log)
+            let cap = HistoryQuery.maxLimit
+            if topics.contains(.allPresence) {
+                rows.entries = try log.events(after: after, limit: cap + 1).filter { $0.offset <= committed }
+            } else {
+                var users = Set<UserID>()
+                for case .presence(let user) in topics { users.insert(user) }
+                // One page at most in all, not one per user: past it the resume is refused anyway.
+                for user in users {
+                    let budget = cap + 1 - rows.entries.count
+                    guard budget > 0 else { break }
+                    rows.entries += try log.history(of: user, from: nil, to: nil, after: after, limit: budget)
+                        .filter { $0.offset <= committed }
+                }
+                rows.entries.sort { $0.offset < $1.offset }
+            }
+            rows.entries += pending
+            guard rows.entries.count <= cap else { throw Self.tooManyMissed(after: after) }
         case .at(let users, let at):
             let state = try log.state()
             guard at >= state.horizon else {
@@ -251,6 +297,8 @@ struct LogRead: Sendable {
                 ).filter(Self.within(query))
             }
             return .log(page("history", entries, limit: query.limit))
+        case .resume:
+            return .done  // answered by the loop (EventLoop.finishResume), which subscribes and sends the rows
         case .at(let users, _):
             return .query(
                 users.map { user in

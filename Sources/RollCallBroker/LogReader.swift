@@ -88,6 +88,9 @@ struct LogReadSlots {
     /// The connections waiting for room, first come first served.
     private(set) var parked = Deque<FairnessKey>()
 
+    /// Whether a slot is free.
+    var hasRoom: Bool { inFlight < Self.maxInFlight }
+
     /// Takes a slot for a read, if one is free.
     mutating func take() -> Bool {
         guard inFlight < Self.maxInFlight else { return false }

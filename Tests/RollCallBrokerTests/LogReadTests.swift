@@ -75,6 +75,40 @@ struct LogReadTests {
         #expect(page.next == nil)
     }
 
+    /// A resume is read as at its request (the file up to what was committed, then what waited for the writer, of
+    /// its topics only); what is published while the file is read stays with the loop, though the writer commits
+    /// it, and is handed over when the read is back; a resume whose later transitions were dropped (the store could
+    /// not write) cannot be made whole.
+    @Test func aResumeIsTheLogAtItsRequestThenWhatCameSince() throws {
+        let file = try TemporaryLog()
+        try file.write([Self.entry(1), Self.entry(2, "bob")])
+        var history = LoopHistory(log: file.log, epoch: file.epoch)
+        history.unwritten = [Self.entry(3, "alice", .away), Self.entry(4, "bob", .offline)]
+        let read = try LogRead.prepareResume(
+            of: [.presence("alice".id)], after: 0, logEpoch: file.epoch, history: history, committed: 2, logOffset: 4,
+            now: BrokerTime(milliseconds: 2_000)
+        ).get()
+        history.beginResume(at: read.position.offset)
+        // While the file is read: 5 (alice) and 6 (bob) are published, and the writer commits everything.
+        history.unwritten.append(contentsOf: [Self.entry(5, "alice", .busy), Self.entry(6, "bob", .online)])
+        try file.write([Self.entry(3, "alice", .away), Self.entry(4, "bob", .offline), Self.entry(5, "alice", .busy)])
+        history.forget(through: 6)
+        #expect(history.unwritten.map(\.offset) == [5, 6], "kept for the resume")
+        let rows = try read.fetch(from: try file.log.readOnlyConnection())
+        #expect(rows.entries.map(\.offset) == [1, 3])
+        let since = history.resumed(after: read.position.offset, through: 6, topics: read.topics)
+        #expect(since?.map(\.offset) == [5])
+        history.forget(through: 6)
+        #expect(history.unwritten.isEmpty, "no resume holds them any more")
+
+        // The store could not write, and the oldest unwritten transitions were dropped past the bound.
+        history.beginResume(at: 6)
+        history.unwritten = [Self.entry(7), Self.entry(8), Self.entry(9)]
+        history.dropUnwritten(past: 2)
+        let dropped = history.resumed(after: 6, through: 9, topics: [.allPresence])
+        #expect(dropped == nil)
+    }
+
     /// `history` takes only its user's unwritten transitions within its bounds, and pages.
     @Test func historyTakesItsUsersPendingTransitions() throws {
         let file = try TemporaryLog()

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import RollCallClient
 import RollCallCore
@@ -6,6 +7,8 @@ import RollCallWire
 import Synchronization
 import Testing
 import ZeroMQ
+
+@testable import RollCallBroker
 
 /// The presence log against a real `rollcall serve` in test mode on a data directory (docs/history.md).
 extension Integration {
@@ -380,6 +383,54 @@ extension Integration {
                 var updates = 0
                 while updates < 600, try await watcher.next(timeout: 5_000) != nil { updates += 1 }
                 #expect(updates == 600)
+            }
+        }
+
+        /// The file is read off the loop: while the reader is held inside a resume, the loop answers other requests
+        /// and publishes. The resumed subscriber then gets the reply, what it missed before its request (read from
+        /// the file), what was published while the file was read (kept by the loop for it), then the live ones: in
+        /// order, none twice.
+        @Test func aResumeIsReadOffTheLoop() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-\(UUID())").path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let gate = DispatchSemaphore(value: 0)
+            let entered = Atomic<Int>(0)
+            let holding = Atomic<Bool>(true)
+            let configure = { (configuration: inout BrokerConfiguration) in
+                configuration.storage = .directory(directory)
+                configuration.logReadHook = {
+                    entered.add(1, ordering: .sequentiallyConsistent)
+                    if holding.load(ordering: .sequentiallyConsistent) { gate.wait() }
+                }
+            }
+            try await withGateway(configure) { gateway in
+                let command = try CommandClient(endpoint: gateway.broker.command, timeoutMilliseconds: 2_000)
+                let start = try #require(try command.ping().log)
+                let alice = try command.hello(.init(user: "alice".id, ttlMilliseconds: 600_000)).session
+                let watcher = try await gateway.client(token: gateway.token("watcher"))
+                try await watcher.send(
+                    #"{"op":"subscribe","id":"r","topics":["presence/alice/"],"after":\#(start.offset),"log_epoch":"\#(start.epoch)"}"#
+                )
+                try ClusterFixture.until("the reader took the resume") {
+                    entered.load(ordering: .sequentiallyConsistent) >= 1 ? true : nil
+                }
+                // The reader is held: the loop still answers, and publishes alice's change.
+                try command.setStatus(alice, .away)
+                #expect(try command.ping().log?.offset ?? 0 > start.offset)
+                holding.store(false, ordering: .sequentiallyConsistent)
+                gate.signal()
+                // The reply comes first: nothing of the topic can come before it.
+                let reply = try await watcher.expect { _ in true }
+                #expect(reply.contains(#""id":"r""#) && reply.contains(#""ok":true"#), "\(reply)")
+                try command.setStatus(alice, .busy, text: "call")  // live
+                var updates: [[JSONKey: JSON]] = []
+                while updates.last?[JSONKey("status")] != .string("busy") {
+                    guard let frame = try await watcher.next(timeout: 5_000) else { break }
+                    updates.append(try Self.message(frame))
+                }
+                #expect(updates.map { $0[JSONKey("status")]?.string ?? "?" } == ["online", "away", "busy"])
+                let offsets = updates.compactMap { $0[JSONKey("offset")]?.integer }
+                #expect(offsets.count == 3 && offsets == offsets.sorted() && offsets[0] > start.offset)
             }
         }
 

@@ -35,11 +35,13 @@ enum RequestWork {
     /// A frame of a WebSocket connection, decoded by the gateway; what its token allows is looked up when it runs.
     case gateway(Result<GatewayRequest, RequestRejection>)
 
-    /// Whether the reply can be large: a group (a page of members) or a query of many users.
+    /// Whether the reply can be large: a group (a page of members) or a query of many users; or it reads the log on
+    /// the reader thread: a WebSocket resume (`subscribe` with `after`).
     var isExpensive: Bool {
         switch self {
         case .request(let envelope, _, _, _), .gateway(.success(.request(let envelope))):
             envelope.request.isExpensive
+        case .gateway(.success(.subscribe(_, _, let after, _))): after != nil
         default: false
         }
     }

@@ -109,9 +109,7 @@ final class StoreSide {
         writer.note(time: now)
         history?.forget(through: writer.committedOffset)
         // The writer drops the oldest past the same bound while the store cannot write (and the log then starts over).
-        if let count = history?.unwritten.count, count > writer.maxUnwrittenLog {
-            history?.unwritten.removeFirst(count - writer.maxUnwrittenLog)
-        }
+        history?.dropUnwritten(past: writer.maxUnwrittenLog)
         let entries = take(from: &core)
         guard !entries.isEmpty else { return }
         writer.enqueue(StoreBatch(brokerTime: now, log: entries))
@@ -235,24 +233,72 @@ final class StoreSide {
     static let noResume = PresenceError(
         .noHistory, "this broker keeps no presence log, so a subscription cannot resume")
 
-    /// The transitions of `topics` after `after` that a resumed WebSocket subscription missed (this round's join
-    /// `unwritten` first), or why the log cannot continue from there.
-    func missed(of topics: [Topic], after: UInt64, logEpoch: String?, machine: inout BrokerMachine, now: BrokerTime)
+    /// What became of a WebSocket resume (`subscribe` with `after`) in its turn.
+    enum ResumeStart {
+        /// Refused: the log cannot continue from there, or the broker keeps none.
+        case refused(PresenceError)
+        /// Ready to be read: subscribe the connection, then ``submitResume(_:done:)``.
+        case ready(LogRead)
+        /// As for a read (``ReadStart``).
+        case full, waitsForLog
+    }
+
+    /// Prepares a resume of `topics` from `after` as ``startRead(_:key:viewer:machine:now:done:)`` prepares a read:
+    /// after the transitions made before it are out, with a slot of the reader free.
+    func prepareResume(
+        of topics: [Topic], after: UInt64, logEpoch: String?, key: FairnessKey, machine: inout BrokerMachine,
+        now: BrokerTime
+    ) -> ResumeStart {
+        guard history != nil else { return .refused(Self.noResume) }
+        writeTransitions(from: &machine.core, now: now)
+        guard let history, history.reader != nil else { return .refused(Self.noResume) }
+        let visible = machine.visibleLogOffset
+        let made = caughtUp.removeValue(forKey: key) ?? machine.core.logOffset
+        if visible < made {
+            logWaiters.append((key, made))
+            return .waitsForLog
+        }
+        switch LogRead.prepareResume(
+            of: topics, after: after, logEpoch: logEpoch, history: history,
+            committed: min(writer.committedOffset, visible), logOffset: visible, now: now)
+        {
+        case .failure(let refusal): return .refused(refusal)
+        case .success(let read): return history.slots.hasRoom ? .ready(read) : .full
+        }
+    }
+
+    /// Reads a prepared resume on the reader thread; the transitions published meanwhile are kept for
+    /// ``finishResume(_:_:visible:)``.
+    func submitResume(_ read: LogRead, done: @escaping @Sendable (Result<LogRead.Rows, any Error>) -> Void) {
+        guard let reader = history?.reader, history?.slots.take() == true else {
+            return done(.failure(PresenceError(.noHistory, "the presence log's reader is busy")))
+        }
+        history?.beginResume(at: read.position.offset)
+        reader.submit({ log in try read.fetch(from: log) }, answer: done)
+    }
+
+    /// The missed transitions of a resume read from the file, with those published since its request through
+    /// `visible` (what is out now; later ones reach the new subscription from the publication hold), or why the
+    /// resume is refused.
+    func finishResume(_ read: LogRead, _ rows: Result<LogRead.Rows, any Error>, visible: UInt64)
         -> Result<[LogEntry], PresenceError>
     {
-        guard history != nil else { return .failure(Self.noResume) }
-        writeTransitions(from: &machine.core, now: now)
-        guard let history else { return .success([]) }
-        // Up to what is out: the transitions still held for the log reach the new subscription from the hold.
-        let visible = machine.visibleLogOffset
-        do {
-            return .success(
-                try LogRead.missed(
-                    of: topics, after: after, logEpoch: logEpoch, history: history,
-                    committed: min(writer.committedOffset, visible), logOffset: visible))
-        } catch let error as PresenceError {
-            return .failure(error)
-        } catch {
+        guard case .resume(let topics, let after) = read.kind else { return .success([]) }
+        let since = history?.resumed(after: read.position.offset, through: visible, topics: topics)
+        switch rows {
+        case .success(let rows):
+            guard let since else {
+                return .failure(
+                    PresenceError(
+                        .snapshotRequired,
+                        "the log dropped transitions after offset \(after) while the store could not write: "
+                            + "subscribe without 'after' and continue from there"))
+            }
+            let missed = rows.entries + since
+            return missed.count <= HistoryQuery.maxLimit
+                ? .success(missed) : .failure(LogRead.tooManyMissed(after: after))
+        case .failure(let error as PresenceError): return .failure(error)
+        case .failure(let error):
             logger.error("reading the presence log failed", metadata: ["error": "\(error)"])
             return .failure(PresenceError(.noHistory, "the presence log cannot be read now: \(error)"))
         }

@@ -73,8 +73,7 @@ final class WebSocketSide {
     func answer(
         _ frame: Result<GatewayRequest, RequestRejection>, from id: ConnectionID,
         limits: (replyBytes: Int, topics: Int),
-        run: (RequestEnvelope, Access) -> Result<Reply, PresenceError>?,
-        missed: ([Topic], UInt64, String?) -> Result<[LogEntry], PresenceError>, core: () -> PresenceCore,
+        run: (RequestEnvelope, Access) -> Result<Reply, PresenceError>?, core: () -> PresenceCore,
         now: BrokerTime
     ) -> [Topic] {
         guard let peer = table.peers[id] else { return [] }  // closed meanwhile: nobody reads the answer
@@ -90,19 +89,10 @@ final class WebSocketSide {
                 return []
             }
             deliver(Codec.encodeReply(id: envelope.id, result, maxBytes: limits.replyBytes), to: id)
-        case .success(.subscribe(let requestID, let topics, let after, let epoch)):
-            var found: [LogEntry]?
-            if let after {
-                switch missed(topics, after, epoch) {
-                case .success(let entries): found = entries
-                case .failure(let error):
-                    metrics.request(nil, failed: error.code)
-                    deliver(Codec.encodeReply(id: requestID, .failure(error)), to: id)
-                    return []
-                }
-            }
+        case .success(.subscribe(let requestID, let topics, _, _)):
+            // A resume (with `after`) is expensive work: it comes through EventLoop.startResume, not here.
             return subscribe(
-                id, to: topics, requestID: requestID, missed: found, maxTopics: limits.topics, core: core(), now: now)
+                id, to: topics, requestID: requestID, missed: nil, maxTopics: limits.topics, core: core(), now: now)
         case .success(.unsubscribe(let requestID, let topics)):
             for topic in topics { table.unsubscribe(id, from: topic.bytes) }
             deliver(Codec.encodeGatewayReply(id: requestID), to: id)
@@ -116,6 +106,25 @@ final class WebSocketSide {
     }
 
     // MARK: Subscriptions
+
+    /// A resume's read is back (EventLoop.startResume): refused, or the topics are subscribed and the missed
+    /// transitions go out after the reply. The request is done either way. Returns the topics whose last value is due.
+    func resumed(
+        _ id: ConnectionID, to topics: [Topic], requestID: JSON?, missed: Result<[LogEntry], PresenceError>,
+        maxTopics: Int, core: PresenceCore, now: BrokerTime
+    ) -> [Topic] {
+        guard let peer = table.peers[id] else { return [] }  // closed meanwhile: nobody reads the answer
+        defer { peer.outbox.requestDone() }
+        switch missed {
+        case .failure(let error):
+            metrics.request(nil, failed: error.code)
+            deliver(Codec.encodeReply(id: requestID, .failure(error)), to: id)
+            return []
+        case .success(let entries):
+            return subscribe(
+                id, to: topics, requestID: requestID, missed: entries, maxTopics: maxTopics, core: core, now: now)
+        }
+    }
 
     /// Subscribes a connection to every topic its token allows, or to none (GatewayTable.swift): the reply comes
     /// first; with `missed` (a resume), the missed transitions of the presence topics it added, as the viewer may see
