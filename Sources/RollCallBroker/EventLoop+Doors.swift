@@ -35,6 +35,12 @@ extension EventLoop {
             return .done
         }
         guard let store else { return refuse(StoreSide.noResume) }
+        if let refusal = webSockets.subscriptionRefusal(
+            of: topics, for: id, maxTopics: configuration.webSocket.maxSubscriptions, core: machine.published)
+        {
+            if refusal.code == .forbidden { metrics.refusedSubscription() }
+            return refuse(refusal)
+        }
         switch store.prepareResume(
             of: topics, after: after, logEpoch: logEpoch, key: .webSocket(id), machine: &machine, now: clock.now())
         {
@@ -47,7 +53,7 @@ extension EventLoop {
                 mailbox.post { loop in
                     guard let store = loop.store else { return }
                     for key in store.readFinished() + [.webSocket(id)] { loop.requests.release(key) }
-                    let missed = store.finishResume(read, rows, visible: loop.machine.visibleLogOffset)
+                    let missed = store.finishResume(read, rows, machine: &loop.machine, now: loop.clock.now())
                     let replays = loop.webSockets.resumed(
                         id, to: topics, requestID: requestID, missed: missed,
                         maxTopics: loop.configuration.webSocket.maxSubscriptions, core: loop.machine.published,

@@ -42,10 +42,12 @@ struct LoopHistory {
         while let first = unwritten.first, first.offset <= through { unwritten.removeFirst() }
     }
 
-    /// Drops the oldest transitions past `limit` while the store cannot write (they are lost from the log).
-    mutating func dropUnwritten(past limit: Int) {
+    /// Drops the oldest transitions past `limit` while the store cannot write: those above `committed` are lost from
+    /// the log (those at or below it were kept for a resume, and are in the file).
+    mutating func dropUnwritten(past limit: Int, committed: UInt64) {
         guard unwritten.count > limit else { return }
-        droppedThrough = max(droppedThrough, unwritten[unwritten.count - limit - 1].offset)
+        let last = unwritten[unwritten.count - limit - 1].offset
+        if last > committed { droppedThrough = max(droppedThrough, last) }
         unwritten.removeFirst(unwritten.count - limit)
     }
 
@@ -57,7 +59,7 @@ struct LoopHistory {
     mutating func resumed(after position: UInt64, through visible: UInt64, topics: [Topic]) -> [LogEntry]? {
         if let index = resumesReading.firstIndex(of: position) { resumesReading.remove(at: index) }
         guard droppedThrough <= position else { return nil }
-        return pending(above: position, through: visible, where: LogRead.includes(topics))
+        return topics.isEmpty ? [] : pending(above: position, through: visible, where: LogRead.includes(topics))
     }
 
     /// The transitions not in the file as of `committed`, up to `visible` (PublicationHold.swift), that `include`
@@ -203,6 +205,13 @@ struct LogRead: Sendable {
     ) -> Result<LogRead, PresenceError> {
         if let refusal = refusal(of: after, epoch: logEpoch, history: history, logOffset: logOffset) {
             return .failure(refusal)
+        }
+        guard history.droppedThrough <= after else {
+            return .failure(
+                PresenceError(
+                    .snapshotRequired,
+                    "the log dropped transitions after offset \(after) while the store could not write: subscribe "
+                        + "without 'after' and continue from there"))
         }
         let pending = history.pending(above: max(after, committed), through: logOffset, where: includes(topics))
         return .success(

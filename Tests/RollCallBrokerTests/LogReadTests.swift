@@ -104,7 +104,7 @@ struct LogReadTests {
         // The store could not write, and the oldest unwritten transitions were dropped past the bound.
         history.beginResume(at: 6)
         history.unwritten = [Self.entry(7), Self.entry(8), Self.entry(9)]
-        history.dropUnwritten(past: 2)
+        history.dropUnwritten(past: 2, committed: 6)
         let dropped = history.resumed(after: 6, through: 9, topics: [.allPresence])
         #expect(dropped == nil)
     }

@@ -408,6 +408,11 @@ extension Integration {
                 let start = try #require(try command.ping().log)
                 let alice = try command.hello(.init(user: "alice".id, ttlMilliseconds: 600_000)).session
                 let watcher = try await gateway.client(token: gateway.token("watcher"))
+                // A resume the token may not make is refused before anything is read (the reader would hold it).
+                let everyone = try await watcher.call(
+                    #"{"op":"subscribe","id":"f","topics":["presence/"],"after":\#(start.offset)}"#, id: "f")
+                #expect(WebSocketTests.code(everyone) == "forbidden")
+                #expect(entered.load(ordering: .sequentiallyConsistent) == 0)
                 try await watcher.send(
                     #"{"op":"subscribe","id":"r","topics":["presence/alice/"],"after":\#(start.offset),"log_epoch":"\#(start.epoch)"}"#
                 )

@@ -37,6 +37,38 @@ struct GatewayTable {
         isMember: (UserID, GroupID) -> Bool = { _, _ in false }
     ) -> Result<[Topic], PresenceError>? {
         guard var peer = peers[id] else { return nil }
+        let new: [Topic]
+        switch added(topics, to: peer, maxTopics: maxTopics, isMember: isMember) {
+        case .success(let topics): new = topics
+        case .failure(let error): return .failure(error)
+        }
+        for topic in new {
+            peer.topics.insert(topic.bytes)
+            if topic == .allPresence {
+                allPresence.insert(id)
+            } else {
+                subscribers[topic.bytes, default: []].insert(id)
+            }
+        }
+        peers[id] = peer
+        return .success(new)
+    }
+
+    /// Why `id` may not subscribe to `topics` (one its token does not allow, or past `maxTopics`), or `nil`: asked
+    /// before a resume reads the log, so that a refused one costs no read.
+    func refusal(
+        of topics: [Topic], for id: ConnectionID, maxTopics: Int, isMember: (UserID, GroupID) -> Bool
+    ) -> PresenceError? {
+        guard let peer = peers[id],
+            case .failure(let error) = added(topics, to: peer, maxTopics: maxTopics, isMember: isMember)
+        else { return nil }
+        return error
+    }
+
+    /// The topics of `topics` that `peer` does not have yet, or why it may not subscribe to them.
+    private func added(
+        _ topics: [Topic], to peer: Peer, maxTopics: Int, isMember: (UserID, GroupID) -> Bool
+    ) -> Result<[Topic], PresenceError> {
         if let refused = topics.first(where: {
             !Authorization.allowsSubscription(to: $0.bytes, by: peer.access, isMember: isMember)
         }) {
@@ -57,15 +89,6 @@ struct GatewayTable {
         guard peer.topics.count + new.count <= maxTopics else {
             return .failure(PresenceError(.limit, "a connection subscribes to at most \(maxTopics) topics"))
         }
-        for topic in new {
-            peer.topics.insert(topic.bytes)
-            if topic == .allPresence {
-                allPresence.insert(id)
-            } else {
-                subscribers[topic.bytes, default: []].insert(id)
-            }
-        }
-        peers[id] = peer
         return .success(new)
     }
 

@@ -109,7 +109,7 @@ final class StoreSide {
         writer.note(time: now)
         history?.forget(through: writer.committedOffset)
         // The writer drops the oldest past the same bound while the store cannot write (and the log then starts over).
-        history?.dropUnwritten(past: writer.maxUnwrittenLog)
+        history?.dropUnwritten(past: writer.maxUnwrittenLog, committed: writer.committedOffset)
         let entries = take(from: &core)
         guard !entries.isEmpty else { return }
         writer.enqueue(StoreBatch(brokerTime: now, log: entries))
@@ -237,57 +237,69 @@ final class StoreSide {
     enum ResumeStart {
         /// Refused: the log cannot continue from there, or the broker keeps none.
         case refused(PresenceError)
-        /// Ready to be read: subscribe the connection, then ``submitResume(_:done:)``.
+        /// Ready to be read, with a slot of the reader taken and its position pinned (``LoopHistory/beginResume(at:)``):
+        /// ``submitResume(_:done:)`` next, whose completion gives both back.
         case ready(LogRead)
         /// As for a read (``ReadStart``).
         case full, waitsForLog
     }
 
     /// Prepares a resume of `topics` from `after` as ``startRead(_:key:viewer:machine:now:done:)`` prepares a read:
-    /// after the transitions made before it are out, with a slot of the reader free.
+    /// after the transitions made before it are out, with a slot of the reader free. The position is pinned before
+    /// this round's transitions go to the writer: the writer may have committed transitions still held for the log
+    /// (above the position), which the loop must keep until the resume is answered.
     func prepareResume(
         of topics: [Topic], after: UInt64, logEpoch: String?, key: FairnessKey, machine: inout BrokerMachine,
         now: BrokerTime
     ) -> ResumeStart {
-        guard history != nil else { return .refused(Self.noResume) }
-        writeTransitions(from: &machine.core, now: now)
-        guard let history, history.reader != nil else { return .refused(Self.noResume) }
+        guard history?.reader != nil else { return .refused(Self.noResume) }
         let visible = machine.visibleLogOffset
+        history?.beginResume(at: visible)
+        writeTransitions(from: &machine.core, now: now)
         let made = caughtUp.removeValue(forKey: key) ?? machine.core.logOffset
-        if visible < made {
+        let prepared: ResumeStart
+        if let history, visible >= made {
+            switch LogRead.prepareResume(
+                of: topics, after: after, logEpoch: logEpoch, history: history,
+                committed: min(writer.committedOffset, visible), logOffset: visible, now: now)
+            {
+            case .failure(let refusal): prepared = .refused(refusal)
+            case .success(let read): prepared = self.history?.slots.take() == true ? .ready(read) : .full
+            }
+        } else if history != nil {
             logWaiters.append((key, made))
-            return .waitsForLog
+            prepared = .waitsForLog
+        } else {
+            prepared = .refused(Self.noResume)
         }
-        switch LogRead.prepareResume(
-            of: topics, after: after, logEpoch: logEpoch, history: history,
-            committed: min(writer.committedOffset, visible), logOffset: visible, now: now)
-        {
-        case .failure(let refusal): return .refused(refusal)
-        case .success(let read): return history.slots.hasRoom ? .ready(read) : .full
-        }
+        if case .ready = prepared { return prepared }
+        _ = history?.resumed(after: visible, through: visible, topics: [])  // not read: unpinned
+        return prepared
     }
 
     /// Reads a prepared resume on the reader thread; the transitions published meanwhile are kept for
-    /// ``finishResume(_:_:visible:)``.
+    /// ``finishResume(_:_:machine:now:)``. `done` always comes, also when the reader has stopped.
     func submitResume(_ read: LogRead, done: @escaping @Sendable (Result<LogRead.Rows, any Error>) -> Void) {
-        guard let reader = history?.reader, history?.slots.take() == true else {
-            return done(.failure(PresenceError(.noHistory, "the presence log's reader is busy")))
+        guard let reader = history?.reader, reader.submit({ log in try read.fetch(from: log) }, answer: done) else {
+            return done(.failure(PresenceError(.noHistory, "the presence log's reader has stopped")))
         }
-        history?.beginResume(at: read.position.offset)
-        reader.submit({ log in try read.fetch(from: log) }, answer: done)
     }
 
-    /// The missed transitions of a resume read from the file, with those published since its request through
-    /// `visible` (what is out now; later ones reach the new subscription from the publication hold), or why the
-    /// resume is refused.
-    func finishResume(_ read: LogRead, _ rows: Result<LogRead.Rows, any Error>, visible: UInt64)
-        -> Result<[LogEntry], PresenceError>
-    {
+    /// The missed transitions of a resume read from the file, with those published since its request that are out
+    /// now (later ones reach the new subscription from the publication hold), or why the resume is refused. This
+    /// round's transitions go to the history first: one published by a request just before, in the same round, is
+    /// out already.
+    func finishResume(
+        _ read: LogRead, _ rows: Result<LogRead.Rows, any Error>, machine: inout BrokerMachine, now: BrokerTime
+    ) -> Result<[LogEntry], PresenceError> {
         guard case .resume(let topics, let after) = read.kind else { return .success([]) }
-        let since = history?.resumed(after: read.position.offset, through: visible, topics: topics)
+        writeTransitions(from: &machine.core, now: now)
+        let since = history?.resumed(
+            after: read.position.offset, through: machine.visibleLogOffset, topics: topics)
         switch rows {
         case .success(let rows):
-            guard let since else {
+            guard let since, let history, history.epoch == read.position.epoch, history.droppedThrough <= after
+            else {
                 return .failure(
                     PresenceError(
                         .snapshotRequired,

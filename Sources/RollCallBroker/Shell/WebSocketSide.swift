@@ -107,6 +107,13 @@ final class WebSocketSide {
 
     // MARK: Subscriptions
 
+    /// Why the connection may not subscribe to `topics`, or `nil` (GatewayTable.refusal).
+    func subscriptionRefusal(
+        of topics: [Topic], for id: ConnectionID, maxTopics: Int, core: PresenceCore
+    ) -> PresenceError? {
+        table.refusal(of: topics, for: id, maxTopics: maxTopics) { core.isMember($0, of: $1) }
+    }
+
     /// A resume's read is back (EventLoop.startResume): refused, or the topics are subscribed and the missed
     /// transitions go out after the reply. The request is done either way. Returns the topics whose last value is due.
     func resumed(
