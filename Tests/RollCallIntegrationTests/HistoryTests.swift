@@ -422,6 +422,14 @@ extension Integration {
                 // The reader is held: the loop still answers, and publishes alice's change.
                 try command.setStatus(alice, .away)
                 #expect(try command.ping().log?.offset ?? 0 > start.offset)
+                // A second watcher asks for a resume, which waits behind the held read, and goes away before it is
+                // answered: its read is dropped, or its answer finds nobody (whichever the loop sees first), and
+                // nothing else changes.
+                let leaving = try await gateway.client(token: gateway.token("leaving"))
+                _ = try await leaving.call(#"{"op":"ping","id":"p"}"#, id: "p")
+                try await leaving.send(
+                    #"{"op":"subscribe","id":"l","topics":["presence/alice/"],"after":\#(start.offset)}"#)
+                leaving.close()
                 holding.store(false, ordering: .sequentiallyConsistent)
                 gate.signal()
                 // The reply comes first: nothing of the topic can come before it.
@@ -436,6 +444,7 @@ extension Integration {
                 #expect(updates.map { $0[JSONKey("status")]?.string ?? "?" } == ["online", "away", "busy"])
                 let offsets = updates.compactMap { $0[JSONKey("offset")]?.integer }
                 #expect(offsets.count == 3 && offsets == offsets.sorted() && offsets[0] > start.offset)
+                #expect(try command.ping().log?.offset ?? 0 >= offsets[2], "the broker answers on")
             }
         }
 
