@@ -54,12 +54,17 @@ struct LoopHistory {
     /// A resume from `position` is read on the reader thread: keep what is published from now on.
     mutating func beginResume(at position: UInt64) { resumesReading.append(position) }
 
+    /// The resume from `position` is answered, or was not read after all: what is published no longer waits for it.
+    mutating func endResume(at position: UInt64) {
+        if let index = resumesReading.firstIndex(of: position) { resumesReading.remove(at: index) }
+    }
+
     /// The resume read from `position` is back: the transitions of `topics` published after `position`, through
     /// `visible` (what is out now), which it must deliver after what it read; `nil` if they are no longer all here.
     mutating func resumed(after position: UInt64, through visible: UInt64, topics: [Topic]) -> [LogEntry]? {
-        if let index = resumesReading.firstIndex(of: position) { resumesReading.remove(at: index) }
+        endResume(at: position)
         guard droppedThrough <= position else { return nil }
-        return topics.isEmpty ? [] : pending(above: position, through: visible, where: LogRead.includes(topics))
+        return pending(above: position, through: visible, where: LogRead.includes(topics))
     }
 
     /// The transitions not in the file as of `committed`, up to `visible` (PublicationHold.swift), that `include`
@@ -106,11 +111,6 @@ struct LogRead: Sendable {
     let position: LogPosition
     let now: BrokerTime
     let viewer: UserID?
-
-    /// The topics of a resume (none for another read).
-    var topics: [Topic] {
-        if case .resume(let topics, _) = kind { topics } else { [] }
-    }
 
     /// What the reader found.
     struct Rows: Sendable {
@@ -206,13 +206,7 @@ struct LogRead: Sendable {
         if let refusal = refusal(of: after, epoch: logEpoch, history: history, logOffset: logOffset) {
             return .failure(refusal)
         }
-        guard history.droppedThrough <= after else {
-            return .failure(
-                PresenceError(
-                    .snapshotRequired,
-                    "the log dropped transitions after offset \(after) while the store could not write: subscribe "
-                        + "without 'after' and continue from there"))
-        }
+        guard history.droppedThrough <= after else { return .failure(droppedTransitions(after: after)) }
         let pending = history.pending(above: max(after, committed), through: logOffset, where: includes(topics))
         return .success(
             LogRead(
@@ -227,6 +221,14 @@ struct LogRead: Sendable {
         var users = Set<UserID>()
         for case .presence(let user) in topics { users.insert(user) }
         return { users.contains($0.record.user) }
+    }
+
+    /// A resume past transitions dropped while the store could not write (or across the log's restart) is refused.
+    static func droppedTransitions(after: UInt64) -> PresenceError {
+        PresenceError(
+            .snapshotRequired,
+            "the log dropped transitions after offset \(after) while the store could not write: subscribe without "
+                + "'after' and continue from there")
     }
 
     /// A resume that owes more than a page is refused: the client reads the current state instead.

@@ -96,7 +96,7 @@ struct LogReadTests {
         #expect(history.unwritten.map(\.offset) == [5, 6], "kept for the resume")
         let rows = try read.fetch(from: try file.log.readOnlyConnection())
         #expect(rows.entries.map(\.offset) == [1, 3])
-        let since = history.resumed(after: read.position.offset, through: 6, topics: read.topics)
+        let since = history.resumed(after: read.position.offset, through: 6, topics: [.presence("alice".id)])
         #expect(since?.map(\.offset) == [5])
         history.forget(through: 6)
         #expect(history.unwritten.isEmpty, "no resume holds them any more")

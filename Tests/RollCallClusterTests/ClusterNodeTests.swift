@@ -332,6 +332,12 @@ extension EtcdBacked {
             try await set.b.recorder.wait(for: "s2") { isSession("s2", $0) }
         }
 
+        /// Revokes node a's first lease and waits until node b sees s1 written again by node a's join (`what`).
+        func revokeAndAwaitRejoin(_ set: Relayed, _ what: String) async throws {
+            try set.cluster.client().revoke(lease: set.first.lease)
+            try await set.b.recorder.wait(for: what) { Self.s1Rewritten($0, after: set.first) != nil }
+        }
+
         /// The values of every session key in etcd.
         func sessionValues(_ cluster: EtcdCluster) throws -> [String] {
             try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true).kvs.map(\.value).sorted()
@@ -378,10 +384,7 @@ extension EtcdBacked {
             try await withRelayed([0]) { set in
                 let relay = set.relays[0]!
                 relay.hold(matching: Self.nodeASessionKeys)
-                try set.cluster.client().revoke(lease: set.first.lease)
-                try await set.b.recorder.wait(for: "s1 written again by node a's join, sent again to member 1") {
-                    Self.s1Rewritten($0, after: set.first) != nil
-                }
+                try await revokeAndAwaitRejoin(set, "s1 written again by node a's join, sent again to member 1")
                 set.a.node.write(.endSession(id: "s1", user: nil))
                 try await set.b.recorder.wait(for: "s1's end under the new lease") {
                     if case .sessionEnded(let key, .ended, _) = $0 {
@@ -409,11 +412,8 @@ extension EtcdBacked {
             try await withRelayed([0, 1, 2], leaseMs: 9_000) { set in
                 let relays = set.relays.sorted { $0.key < $1.key }.map(\.value)
                 for relay in relays { relay.hold(matching: Self.nodeASessionKeys, connections: 1) }
-                try set.cluster.client().revoke(lease: set.first.lease)
                 // The second lease's join is held by all three; the third lease's goes through.
-                try await set.b.recorder.wait(for: "s1 written again by node a's join under its third lease") {
-                    Self.s1Rewritten($0, after: set.first) != nil
-                }
+                try await revokeAndAwaitRejoin(set, "s1 written again by node a's join under its third lease")
                 for relay in relays { relay.release() }
                 for (index, relay) in relays.enumerated() {
                     guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
@@ -439,10 +439,7 @@ extension EtcdBacked {
             try await withRelayed([0]) { set in
                 let relay = set.relays[0]!
                 relay.loseAnswers(matching: Self.nodeASessionKeys)
-                try set.cluster.client().revoke(lease: set.first.lease)
-                try await set.b.recorder.wait(for: "s1 written again by node a's join") {
-                    Self.s1Rewritten($0, after: set.first) != nil
-                }
+                try await revokeAndAwaitRejoin(set, "s1 written again by node a's join")
                 relay.release()
                 try await writeS2AndWait(set)
 

@@ -273,7 +273,7 @@ final class StoreSide {
             prepared = .refused(Self.noResume)
         }
         if case .ready = prepared { return prepared }
-        _ = history?.resumed(after: visible, through: visible, topics: [])  // not read: unpinned
+        history?.endResume(at: visible)  // not read
         return prepared
     }
 
@@ -299,13 +299,7 @@ final class StoreSide {
         switch rows {
         case .success(let rows):
             guard let since, let history, history.epoch == read.position.epoch, history.droppedThrough <= after
-            else {
-                return .failure(
-                    PresenceError(
-                        .snapshotRequired,
-                        "the log dropped transitions after offset \(after) while the store could not write: "
-                            + "subscribe without 'after' and continue from there"))
-            }
+            else { return .failure(LogRead.droppedTransitions(after: after)) }
             let missed = rows.entries + since
             return missed.count <= HistoryQuery.maxLimit
                 ? .success(missed) : .failure(LogRead.tooManyMissed(after: after))
