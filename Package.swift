@@ -27,6 +27,12 @@ let package = Package(
         // Already in the graph through jwt-kit; named for HMAC-SHA256 (webhook signatures).
         .package(url: "https://github.com/apple/swift-crypto.git", "3.0.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        // etcd's native API (docs/cluster.md): gRPC over HTTP/2 on NIO, with the protobuf code generated once from
+        // etcd's .proto files and committed (scripts/generate-etcd-grpc; the protoc plugins cost minutes to build).
+        .package(url: "https://github.com/grpc/grpc-swift-2.git", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport.git", from: "2.9.2"),
+        .package(url: "https://github.com/grpc/grpc-swift-protobuf.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.1.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0"),
@@ -59,15 +65,18 @@ let package = Package(
             name: "RollCallStore",
             dependencies: ["RollCallCore", .product(name: "GRDB", package: "GRDB.swift")]
         ),
-        // Several nodes sharing presence through etcd v3 (docs/cluster.md): a small blocking client of etcd's JSON
-        // gateway over async-http-client, for threads of its own, and the node's membership state machine.
+        // Several nodes sharing presence through etcd v3 (docs/cluster.md): a small blocking client of etcd's gRPC
+        // API, for threads of its own, and the node's membership state machine.
         .target(
             name: "RollCallCluster",
             dependencies: [
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-            ]
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
+                .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
+            exclude: ["Etcd/Generated/README.md"]
         ),
         // The event loop that owns the ROUTER and XPUB sockets and drives the core.
         .target(

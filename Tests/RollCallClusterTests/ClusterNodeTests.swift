@@ -315,8 +315,8 @@ extension EtcdBacked {
         }
 
         /// What a relay looks for in node a's requests that write one of its sessions: the prefix of its session keys
-        /// is 24 bytes, so its base64 is the start of every such key's.
-        static let nodeASessionKeys = Data((ClusterKeys().prefix + "sessions/a/").utf8).base64EncodedString()
+        /// (keys travel as bytes in etcd's protobuf messages).
+        static let nodeASessionKeys = ClusterKeys().prefix + "sessions/a/"
 
         /// The incarnation of a put of s1 under another incarnation than `first` (written again by a join).
         static func s1Rewritten(_ change: ClusterReplica.Change, after first: ClusterKeys.Incarnation)

@@ -228,6 +228,21 @@ extension EtcdBacked {
             #expect(client.currentEndpoint.port == cluster.members[leader].clientPort)
         }
 
+        /// etcd answers most calls with a PING of its own (grpc-go estimating the bandwidth), and swift-nio-http2
+        /// closes a connection that receives more than 200 of them within 30 s, failing the calls in flight: a client
+        /// of one member makes 500 calls in a row, and every one succeeds, because it opens a new connection every
+        /// ``EtcdConnection/maxCalls`` calls.
+        @Test func manyCallsInARowAllSucceed() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let client = EtcdClient(
+                endpoints: [EtcdEndpoint(host: "127.0.0.1", port: cluster.members[0].clientPort)],
+                requestTimeout: .seconds(2))
+            defer { client.shutdown() }
+            for index in 0..<500 { try client.put("/m/k", "\(index)") }
+            #expect(try client.range("/m/k").kvs.first?.value == "499")
+        }
+
         /// A client shut down has closed its connections: a later call fails at once as unreachable, and a second
         /// shutdown is harmless.
         @Test func shutdownClosesTheClient() async throws {

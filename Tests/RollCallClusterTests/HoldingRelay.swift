@@ -12,7 +12,9 @@ import Synchronization
 ///
 /// This is a request that a member received and carried out late, made deterministic: a SIGSTOPped member does the
 /// same, but whether it carries out a request whose sender gave up depends on which it reads first, the request or
-/// the sender's close (the fault run's bug 2 showed in 2 runs of 6 that way).
+/// the sender's cancellation (the fault run's bug 2 showed in 2 runs of 6 that way). So the relay drops, from what
+/// it held, the client's cancellations of its calls and its goodbye (HTTP/2 RST_STREAM and GOAWAY frames: etcd's
+/// clients speak gRPC), and keeps the member's connection open a while after the client left.
 final class HoldingRelay: Sendable {
     let port: Int
     private let upstreamPort: Int
@@ -187,6 +189,7 @@ final class HoldingRelay: Sendable {
     /// Client to member: everything goes through `held`, which is sent on whenever the relay does not hold. Ends
     /// once the client has left and nothing is held any more.
     private func forward(from client: Int32, to upstream: Int32, finished: Finished) {
+        var frames = ClientFrames()
         var held: [UInt8] = []
         var matched = false
         var clientGone = false
@@ -205,7 +208,9 @@ final class HoldingRelay: Sendable {
                 changed.unlock()
             }
             if !held.isEmpty, !holds(held, matched: &matched, finished: finished) {
-                _ = held.withUnsafeBytes { send(upstream, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                let wasHeld = finished.held.load(ordering: .sequentiallyConsistent)
+                let bytes = frames.pass(held, droppingCancellations: wasHeld)
+                _ = bytes.withUnsafeBytes { send(upstream, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 held = []
             }
             if clientGone, held.isEmpty { break }
@@ -247,5 +252,40 @@ final class HoldingRelay: Sendable {
             close(client)
             close(upstream)
         }
+    }
+}
+
+/// The client's side of an HTTP/2 connection cut into frames as it passes (the 24-byte preface, then frames of a
+/// 9-byte header and a payload), so that the relay can leave some out.
+private struct ClientFrames {
+    private var prefaceLeft = 24
+    private var header: [UInt8] = []
+    private var payloadLeft = 0
+    private var dropping = false
+
+    /// `bytes` as they go on: without RST_STREAM and GOAWAY frames when `droppingCancellations`.
+    mutating func pass(_ bytes: [UInt8], droppingCancellations: Bool) -> [UInt8] {
+        var out: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            let left = bytes.count - index
+            if prefaceLeft > 0 || payloadLeft > 0 {
+                let count = min(prefaceLeft > 0 ? prefaceLeft : payloadLeft, left)
+                if prefaceLeft > 0 || !dropping { out += bytes[index..<(index + count)] }
+                if prefaceLeft > 0 { prefaceLeft -= count } else { payloadLeft -= count }
+                index += count
+                continue
+            }
+            let count = min(9 - header.count, left)
+            header += bytes[index..<(index + count)]
+            index += count
+            guard header.count == 9 else { continue }
+            let kind = header[3]
+            dropping = droppingCancellations && (kind == 0x3 || kind == 0x7)  // RST_STREAM, GOAWAY
+            if !dropping { out += header }
+            payloadLeft = Int(header[0]) << 16 | Int(header[1]) << 8 | Int(header[2])
+            header = []
+        }
+        return out
     }
 }

@@ -1,15 +1,18 @@
 import Foundation
+import GRPCCore
 import Synchronization
 
-/// A small, blocking client of etcd v3's JSON gateway: leases, puts, deletes, transactions and range reads. Each
-/// call blocks its caller until etcd answers or the deadline passes, so it belongs on a thread of its own (the
-/// cluster's worker), never on the event loop. HTTP is async-http-client's, on NIO's shared event loops (see
-/// ``EtcdGateway``).
+/// A small, blocking client of etcd v3's gRPC API: leases, puts, deletes, transactions and range reads. Each call
+/// blocks its caller until etcd answers or the deadline passes, so it belongs on a thread of its own (the cluster's
+/// worker), never on the event loop. gRPC is grpc-swift-2's over HTTP/2 on NIO's event loops; its tasks run on a
+/// thread of the client's own (``EtcdExecutor``).
 ///
 /// A call goes to the preferred member and moves on to the next, for this call and the later ones, when that member
 /// is unreachable, does not answer in time (``requestTimeout`` per attempt, connection included), or answers that
-/// it cannot serve (no leader, 5xx): one attempt per member per call. Calls may come from several threads at once.
-/// Watches have their own thread and share the client's connections' pool: ``watch(prefix:from:handler:)``.
+/// it cannot serve now (no leader): one attempt per member per call. The connection to a member that failed a call
+/// is closed, and the next call to it opens a new one: a member that stopped answering may hold what was sent on
+/// the old one, and nothing later queues behind it. Calls may come from several threads at once. Watches have their
+/// own thread and connection: ``watch(prefix:from:handler:)``.
 ///
 /// ``shutdown()`` closes the connections when the owner stops (cancel the watches first); a client dropped without
 /// it closes them in the background.
@@ -18,21 +21,57 @@ public final class EtcdClient: Sendable {
     /// How long one attempt at one member may take, connection included.
     public let requestTimeout: Duration
 
-    private let gateway: EtcdGateway
+    private let executor = EtcdExecutor(name: "rollcall-etcd")
+    private let state: Mutex<State>
     /// The index of the member the next call tries first.
     private let preferred = Atomic<Int>(0)
+
+    private struct State {
+        /// By member: its connection, if one is open.
+        var connections: [EtcdConnection?]
+        /// Connections dropped after a failed call that may not have closed yet (``shutdown()`` waits for them).
+        var closing: [EtcdConnection] = []
+        var closed = false
+    }
 
     /// `endpoints` must not be empty.
     public init(endpoints: [EtcdEndpoint], requestTimeout: Duration = .seconds(1)) {
         precondition(!endpoints.isEmpty, "an etcd client needs at least one endpoint")
         self.endpoints = endpoints
         self.requestTimeout = requestTimeout
-        gateway = EtcdGateway(connectTimeout: requestTimeout)
+        state = Mutex(State(connections: Array(repeating: nil, count: endpoints.count)))
     }
 
-    /// Closes every connection, the watches' included, and returns when that is done; calls after it fail with
+    deinit {
+        let connections = state.withLock { $0.connections.compactMap { $0 } + $0.closing }
+        Self.close(connections, executor: executor)
+    }
+
+    /// Closes every connection and returns when that is done; calls after it fail at once with
     /// ``EtcdError/unreachable(_:_:)``. Call it where the owner stops, after cancelling the watches.
-    public func shutdown() { gateway.shutdown() }
+    public func shutdown() {
+        let connections = state.withLock { state -> [EtcdConnection]? in
+            guard !state.closed else { return nil }
+            state.closed = true
+            defer { state.connections = state.connections.map { _ in nil } }
+            return state.connections.compactMap { $0 } + state.closing
+        }
+        guard let connections else { return }
+        for connection in connections { connection.close() }
+        _ = try? executor.run {
+            for connection in connections { await connection.closed() }
+        }
+        executor.stop()
+    }
+
+    /// Closes `connections` without waiting, and ends the executor's thread once they are closed.
+    private static func close(_ connections: [EtcdConnection], executor: EtcdExecutor) {
+        for connection in connections { connection.close() }
+        Task(executorPreference: executor) {
+            for connection in connections { await connection.closed() }
+            executor.stop()
+        }
+    }
 
     /// The member the client talks to now (or will try first).
     public var currentEndpoint: EtcdEndpoint { endpoints[preferred.load(ordering: .relaxed)] }
@@ -41,28 +80,38 @@ public final class EtcdClient: Sendable {
 
     /// Grants a lease of `ttlSeconds`.
     public func grant(ttlSeconds: Int64) throws -> EtcdLease {
-        let reply = try call("/v3/lease/grant", ["TTL": String(ttlSeconds)])
-        if let error = reply["error"] as? String, !error.isEmpty { throw EtcdError.protocolError(error) }
-        return EtcdLease(id: EtcdJSON.int64(reply["ID"]), ttlSeconds: EtcdJSON.int64(reply["TTL"]))
+        let request = Etcdserverpb_LeaseGrantRequest.with { $0.ttl = ttlSeconds }
+        let reply = try call { client, options in
+            try await Etcdserverpb_Lease.Client(wrapping: client).leaseGrant(request, options: options)
+        }
+        if !reply.error.isEmpty { throw EtcdError.protocolError(reply.error) }
+        return EtcdLease(id: reply.id, ttlSeconds: reply.ttl)
     }
 
     /// Renews `lease` once; returns the time to live it has again, in seconds. Throws
     /// ``EtcdError/leaseNotFound(_:)`` when it has expired or was revoked (etcd then answers with no TTL).
+    ///
+    /// etcd renews leases on a stream only: the call opens one, sends the lease's id, reads the answer and closes it.
     @discardableResult
     public func keepAlive(lease: Int64) throws -> Int64 {
-        let reply = try call("/v3/lease/keepalive", ["ID": String(lease)])
-        let result = reply["result"] as? [String: Any] ?? reply
-        let ttl = EtcdJSON.int64(result["TTL"])
+        let request = Etcdserverpb_LeaseKeepAliveRequest.with { $0.id = lease }
+        let ttl = try call { client, options in
+            try await Etcdserverpb_Lease.Client(wrapping: client).leaseKeepAlive(
+                options: options, requestProducer: { try await $0.write(request) },
+                onResponse: { response in
+                    for try await reply in response.messages { return reply.ttl }
+                    throw EtcdError.protocolError("the keep-alive stream ended without an answer")
+                })
+        }
         guard ttl > 0 else { throw EtcdError.leaseNotFound(lease) }
         return ttl
     }
 
     /// Revokes `lease`, deleting every key attached to it, at once.
     public func revoke(lease: Int64) throws {
-        do {
-            _ = try call("/v3/lease/revoke", ["ID": String(lease)])
-        } catch EtcdError.http(let status, let body) where status == 404 || body.contains("lease not found") {
-            throw EtcdError.leaseNotFound(lease)
+        let request = Etcdserverpb_LeaseRevokeRequest.with { $0.id = lease }
+        try leaseCall(lease) { client, options in
+            _ = try await Etcdserverpb_Lease.Client(wrapping: client).leaseRevoke(request, options: options)
         }
     }
 
@@ -71,57 +120,52 @@ public final class EtcdClient: Sendable {
     /// Sets `key` to `value`, attached to `lease` unless it is 0; returns the new revision.
     @discardableResult
     public func put(_ key: String, _ value: String, lease: Int64 = 0) throws -> Int64 {
-        var request: [String: Any] = ["key": EtcdJSON.base64(key), "value": EtcdJSON.base64(value)]
-        if lease != 0 { request["lease"] = String(lease) }
-        do {
-            return EtcdJSON.revision(try call("/v3/kv/put", request))
-        } catch EtcdError.http(_, let body) where body.contains("requested lease not found") {
-            throw EtcdError.leaseNotFound(lease)
+        let request = EtcdProtobuf.put(key, value, lease: lease)
+        return try leaseCall(lease) { client, options in
+            try await Etcdserverpb_KV.Client(wrapping: client).put(request, options: options).header.revision
         }
     }
 
     /// Deletes `key`, or every key under it when `prefix`; returns the revision after it.
     @discardableResult
     public func delete(_ key: String, prefix: Bool = false) throws -> Int64 {
-        var request: [String: Any] = ["key": EtcdJSON.base64(key)]
-        if prefix { request["range_end"] = EtcdJSON.prefixEnd(key) }
-        return EtcdJSON.revision(try call("/v3/kv/deleterange", request))
+        let request = EtcdProtobuf.delete(key, prefix: prefix)
+        return try call { client, options in
+            try await Etcdserverpb_KV.Client(wrapping: client).deleteRange(request, options: options).header.revision
+        }
     }
 
     /// Runs `success` if every condition in `compare` holds, else `failure`, atomically.
     public func txn(
         compare: [EtcdCompare], success: [EtcdOperation], failure: [EtcdOperation] = []
     ) throws -> EtcdTxnResult {
-        let request: [String: Any] = [
-            "compare": compare.map(EtcdJSON.compare),
-            "success": success.map(EtcdJSON.operation),
-            "failure": failure.map(EtcdJSON.operation),
-        ]
-        do {
-            let reply = try call("/v3/kv/txn", request)
-            return EtcdTxnResult(succeeded: reply["succeeded"] as? Bool ?? false, revision: EtcdJSON.revision(reply))
-        } catch EtcdError.http(_, let body) where body.contains("requested lease not found") {
-            throw EtcdError.leaseNotFound(0)
+        let request = Etcdserverpb_TxnRequest.with {
+            $0.compare = compare.map(EtcdProtobuf.compare)
+            $0.success = success.map(EtcdProtobuf.operation)
+            $0.failure = failure.map(EtcdProtobuf.operation)
         }
+        let reply = try leaseCall(0) { client, options in
+            try await Etcdserverpb_KV.Client(wrapping: client).txn(request, options: options)
+        }
+        return EtcdTxnResult(succeeded: reply.succeeded, revision: reply.header.revision)
     }
 
     /// Reads `key`, or the keys under it when `prefix`, in key order, at `revision` (0: the latest), at most `limit`
     /// of them (0: all). Throws ``EtcdError/compacted(compactRevision:)`` for a revision etcd no longer keeps.
     public func range(_ key: String, prefix: Bool = false, revision: Int64 = 0, limit: Int = 0) throws -> EtcdRange {
         try range(
-            from: EtcdJSON.base64(key), end: prefix ? EtcdJSON.prefixEnd(key) : nil, revision: revision, limit: limit)
+            from: Data(key.utf8), end: prefix ? EtcdProtobuf.prefixEnd(key) : Data(), revision: revision, limit: limit)
     }
 
     /// Every key under `prefix` at one revision, read in pages of `pageSize` (all at the revision of the first page,
     /// so the whole is one consistent snapshot).
     public func snapshot(prefix: String, pageSize: Int = 1_000) throws -> EtcdRange {
-        let end = EtcdJSON.prefixEnd(prefix)
-        var page = try range(from: EtcdJSON.base64(prefix), end: end, revision: 0, limit: pageSize)
+        let end = EtcdProtobuf.prefixEnd(prefix)
+        var page = try range(from: Data(prefix.utf8), end: end, revision: 0, limit: pageSize)
         var all = page
         while page.more, let last = page.kvs.last {
             // The next page starts just after the last key: the key with a zero byte appended.
-            let next = Data(last.key.utf8 + [0]).base64EncodedString()
-            page = try range(from: next, end: end, revision: all.revision, limit: pageSize)
+            page = try range(from: Data(last.key.utf8 + [0]), end: end, revision: all.revision, limit: pageSize)
             all.kvs += page.kvs
         }
         all.more = false
@@ -131,7 +175,13 @@ public final class EtcdClient: Sendable {
     /// Compacts the history up to `revision`: watches and reads from before it fail with
     /// ``EtcdError/compacted(compactRevision:)`` from then on. For tests and operators.
     public func compact(revision: Int64) throws {
-        _ = try call("/v3/kv/compaction", ["revision": String(revision), "physical": true])
+        let request = Etcdserverpb_CompactionRequest.with {
+            $0.revision = revision
+            $0.physical = true
+        }
+        _ = try call { client, options in
+            try await Etcdserverpb_KV.Client(wrapping: client).compact(request, options: options)
+        }
     }
 
     /// Starts a watch of every key under `prefix` from `revision` on a thread of its own; `handler` gets what it
@@ -140,41 +190,55 @@ public final class EtcdClient: Sendable {
         prefix: String, from revision: Int64, handler: @escaping @Sendable (EtcdWatch.Update) -> Void
     ) -> EtcdWatch {
         EtcdWatch(
-            gateway: gateway, endpoints: endpoints, first: preferred.load(ordering: .relaxed), prefix: prefix,
-            from: revision, connectTimeout: requestTimeout, handler: handler)
+            endpoints: endpoints, first: preferred.load(ordering: .relaxed), prefix: prefix, from: revision,
+            connectTimeout: requestTimeout, handler: handler)
     }
 
     // MARK: - Calls
 
-    private func range(from key: String, end: String?, revision: Int64, limit: Int) throws -> EtcdRange {
-        var request: [String: Any] = ["key": key]
-        if let end { request["range_end"] = end }
-        if revision > 0 { request["revision"] = String(revision) }
-        if limit > 0 { request["limit"] = String(limit) }
-        let reply: [String: Any]
-        do {
-            reply = try call("/v3/kv/range", request)
-        } catch EtcdError.http(_, let body) where body.contains("required revision has been compacted") {
-            throw EtcdError.compacted(compactRevision: 0)
+    private func range(from key: Data, end: Data, revision: Int64, limit: Int) throws -> EtcdRange {
+        let request = Etcdserverpb_RangeRequest.with {
+            $0.key = key
+            $0.rangeEnd = end
+            $0.revision = revision
+            $0.limit = Int64(limit)
         }
-        let kvs = (reply["kvs"] as? [Any] ?? []).map(EtcdJSON.keyValue)
-        return EtcdRange(revision: EtcdJSON.revision(reply), kvs: kvs, more: reply["more"] as? Bool ?? false)
+        let reply = try call { client, options in
+            try await Etcdserverpb_KV.Client(wrapping: client).range(request, options: options)
+        }
+        return EtcdRange(
+            revision: reply.header.revision, kvs: reply.kvs.map(EtcdProtobuf.keyValue), more: reply.more)
     }
 
-    /// Sends one request, trying each member once, starting with the preferred one.
-    private func call(_ path: String, _ request: [String: Any]) throws -> [String: Any] {
-        let body = EtcdJSON.encode(request)
+    /// ``call(_:)`` for a request that names `lease`: etcd's "lease not found" becomes
+    /// ``EtcdError/leaseNotFound(_:)``.
+    private func leaseCall<Reply: Sendable>(
+        _ lease: Int64,
+        _ body: @escaping @Sendable (GRPCClient<EtcdConnection.Transport>, CallOptions) async throws -> Reply
+    ) throws -> Reply {
+        do {
+            return try call(body)
+        } catch let error as EtcdError where error.isLeaseNotFound {
+            throw EtcdError.leaseNotFound(lease)
+        }
+    }
+
+    /// Makes one call, trying each member once, starting with the preferred one.
+    private func call<Reply: Sendable>(
+        _ body: @escaping @Sendable (GRPCClient<EtcdConnection.Transport>, CallOptions) async throws -> Reply
+    ) throws -> Reply {
         var member = preferred.load(ordering: .relaxed)
         var lastError = EtcdError.unreachable(endpoints[member].description, "not tried")
+        let options = EtcdConnection.options(timeout: requestTimeout)
         for _ in endpoints.indices {
+            let connection = try connection(to: member)
             do {
-                let (status, reply) = try gateway.post(path, body: body, to: endpoints[member], timeout: requestTimeout)
-                guard status == 200 else {
-                    throw EtcdError.http(status: status, String(decoding: reply, as: UTF8.self))
-                }
-                return try EtcdJSON.decode(reply)
-            } catch let error as EtcdError where error.isUnavailable {
-                lastError = error
+                return try executor.run { try await body(connection.client, options) }
+            } catch {
+                let reason = EtcdError(error, member: connection.endpoint)
+                guard reason.isUnavailable else { throw reason }
+                lastError = reason
+                drop(connection, of: member)
                 let next = (member + 1) % endpoints.count
                 // The later calls start on the next member too, unless a concurrent call moved them on already.
                 _ = preferred.compareExchange(expected: member, desired: next, ordering: .relaxed)
@@ -182,5 +246,40 @@ public final class EtcdClient: Sendable {
             }
         }
         throw lastError
+    }
+
+    /// The open connection to `member` for one more call: a new one if there is none, or if the open one has made
+    /// its ``EtcdConnection/maxCalls`` (it closes once the calls it has in flight end).
+    private func connection(to member: Int) throws -> EtcdConnection {
+        let (connection, retired) = try state.withLock { state -> (EtcdConnection, EtcdConnection?) in
+            guard !state.closed else {
+                throw EtcdError.unreachable(endpoints[member].description, "the client is shut down")
+            }
+            var retired: EtcdConnection?
+            if let open = state.connections[member] {
+                if open.startCall() { return (open, nil) }
+                retired = open
+                state.closing.removeAll { $0.isClosed }
+                state.closing.append(open)
+            }
+            let connection = try EtcdConnection(to: endpoints[member], on: executor)
+            _ = connection.startCall()
+            state.connections[member] = connection
+            return (connection, retired)
+        }
+        retired?.close()
+        return connection
+    }
+
+    /// Closes `connection`, which failed a call, unless another call replaced it already.
+    private func drop(_ connection: EtcdConnection, of member: Int) {
+        let dropped = state.withLock { state in
+            guard state.connections[member] === connection else { return false }
+            state.connections[member] = nil
+            state.closing.removeAll { $0.isClosed }
+            state.closing.append(connection)
+            return true
+        }
+        if dropped { connection.close() }
     }
 }

@@ -5,9 +5,9 @@ public enum EtcdError: Error, Sendable, Equatable, CustomStringConvertible {
     case unreachable(String, String)
     /// The member did not answer within the deadline.
     case timedOut(String)
-    /// The member answered with an HTTP error (the gateway's JSON error body kept as text).
-    case http(status: Int, String)
-    /// The reply was not what etcd's gateway sends.
+    /// The member answered with an error: its gRPC status code (`GRPCCore.RPCError.Code`'s name) and message.
+    case rpc(code: String, String)
+    /// The reply was not what etcd sends.
     case protocolError(String)
     /// A watch's start revision is older than the store's compaction: start again from a snapshot.
     case compacted(compactRevision: Int64)
@@ -20,7 +20,7 @@ public enum EtcdError: Error, Sendable, Equatable, CustomStringConvertible {
         switch self {
         case .unreachable(let member, let reason): "etcd member \(member) unreachable: \(reason)"
         case .timedOut(let member): "etcd member \(member) did not answer in time"
-        case .http(let status, let body): "etcd answered HTTP \(status): \(body)"
+        case .rpc(let code, let message): "etcd answered \(code): \(message)"
         case .protocolError(let reason): "unexpected reply from etcd: \(reason)"
         case .compacted(let revision): "watch start is older than etcd's compaction (at revision \(revision))"
         case .leaseNotFound(let id): "etcd lease \(id) not found"
@@ -29,11 +29,12 @@ public enum EtcdError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Whether another member, or the same one later, may succeed: no connection, no answer in time, or an
-    /// answer that says the cluster cannot serve now (no leader, 5xx).
+    /// answer that says the cluster cannot serve now (etcd answers `unavailable` for no leader, a leader change or
+    /// a request that timed out in raft, and `resourceExhausted` for too many requests).
     public var isUnavailable: Bool {
         switch self {
         case .unreachable, .timedOut: true
-        case .http(let status, _): status >= 500 || status == 429
+        case .rpc(let code, _): code == "unavailable" || code == "resourceExhausted"
         default: false
         }
     }

@@ -1,5 +1,5 @@
 /// A key and its value at some revision, as etcd stores them. RollCall's keys and values are UTF-8 text (values
-/// are JSON); etcd's gateway carries both in base64, which the client undoes.
+/// are JSON); etcd carries both as bytes.
 public struct EtcdKeyValue: Sendable, Equatable {
     public var key: String
     public var value: String
@@ -64,11 +64,11 @@ public struct EtcdCompare: Sendable, Equatable {
         case value(String)
     }
 
-    public enum Result: String, Sendable, Equatable {
-        case equal = "EQUAL"
-        case notEqual = "NOT_EQUAL"
-        case greater = "GREATER"
-        case less = "LESS"
+    public enum Result: Sendable, Equatable {
+        case equal
+        case notEqual
+        case greater
+        case less
     }
 
     public var key: String
