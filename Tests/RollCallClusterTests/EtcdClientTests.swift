@@ -1,6 +1,7 @@
 import Foundation
 import RollCallCluster
 import RollCallTestSupport
+import Synchronization
 import Testing
 
 extension EtcdBacked {
@@ -243,6 +244,64 @@ extension EtcdBacked {
             #expect(try client.range("/m/k").kvs.first?.value == "499")
         }
 
+        /// Calls from several threads at once on one member, across the connection's renewal every 100 calls, all
+        /// succeed: a connection that has made its calls takes no more, and closes only when the last in flight ends.
+        @Test func concurrentCallsAcrossNewConnectionsAllSucceed() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let client = EtcdClient(
+                endpoints: [EtcdEndpoint(host: "127.0.0.1", port: cluster.members[0].clientPort)],
+                requestTimeout: .seconds(3))
+            defer { client.shutdown() }
+            let failures = try await offThread {
+                let failures = Mutex<[String]>([])
+                DispatchQueue.concurrentPerform(iterations: 4) { thread in
+                    for index in 0..<100 {
+                        do {
+                            try client.put("/c/t\(thread)", "\(index)")
+                        } catch {
+                            failures.withLock { $0.append("\(error)") }
+                        }
+                    }
+                }
+                return failures.withLock { $0 }
+            }
+            #expect(failures.isEmpty, "\(failures.count) calls failed, the first: \(failures.first ?? "")")
+            #expect(
+                try (0..<4).map { try client.range("/c/t\($0)").kvs.first?.value } == Array(repeating: "99", count: 4))
+        }
+
+        /// A watch stopped by a compaction has ended its threads (the stream's included) without `cancel()`, and a
+        /// `cancel()` after it returns at once.
+        @Test func aWatchStoppedByACompactionEndsItsThreads() async throws {
+            let cluster = try await EtcdCluster.started()
+            defer { cluster.shutdown() }
+            let client = cluster.client()
+            defer { client.shutdown() }
+            let first = try client.put("/t/k", "0")
+            let last = try client.put("/t/k", "1")
+            try client.compact(revision: last)
+            let before = watchThreads()
+            let recorder = WatchRecorder()
+            let watch = client.watch(prefix: "/t/", from: first) { recorder.record($0) }
+            try await recorder.wait(for: "compaction reported") { $0.contains(.compacted(last)) }
+            let deadline = ContinuousClock.now + .seconds(5)
+            while watchThreads() > before, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(watchThreads() <= before, "the watch's threads still run")
+            watch.cancel()
+        }
+
+        /// The watches' threads of this process (named "etcd-watch" and "etcd-stream").
+        func watchThreads() -> Int {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+            return tasks.filter { task in
+                let name = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+                return name == "etcd-watch\n" || name == "etcd-stream\n"
+            }.count
+        }
+
         /// A client shut down has closed its connections: a later call fails at once as unreachable, and a second
         /// shutdown is harmless.
         @Test func shutdownClosesTheClient() async throws {
@@ -264,8 +323,8 @@ extension EtcdBacked {
             #expect(try cluster.client().range("/z/k").kvs.first?.value == "1")
         }
 
-        /// A watch whose handler stalls while megabytes of changes arrive (the reply is held back at the connection
-        /// meanwhile, past a megabyte) delivers every change, whole and in order, once the handler goes on.
+        /// A watch whose handler stalls while megabytes of changes arrive (etcd is held back by HTTP/2's flow control
+        /// meanwhile) delivers every change, whole and in order, once the handler goes on.
         @Test func stalledWatchHandlerLosesNothing() async throws {
             let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
@@ -285,7 +344,7 @@ extension EtcdBacked {
                 try await recorder.wait(for: "the watch set up") {
                     $0.contains { if case .connected = $0 { true } else { false } }
                 }
-                // 40 changes of 60 kB: 3.2 MB of base64 in JSON, more than three times the held-back bound.
+                // 40 changes of 60 kB: 2.4 MB, far past HTTP/2's flow-control window (64 KiB a stream).
                 for index in 0..<40 { try client.put("/b/k\(index)", "\(index)" + value) }
             }
             let released = ContinuousClock.now

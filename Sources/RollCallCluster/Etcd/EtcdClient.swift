@@ -21,18 +21,24 @@ public final class EtcdClient: Sendable {
     /// How long one attempt at one member may take, connection included.
     public let requestTimeout: Duration
 
-    private let executor = EtcdExecutor(name: "rollcall-etcd")
+    private let executor = EtcdExecutor(name: "etcd-calls")
     private let state: Mutex<State>
+    /// The calls in flight: ``shutdown()`` waits for them (each has a deadline) before it closes the connections.
+    private let calls = DispatchGroup()
     /// The index of the member the next call tries first.
     private let preferred = Atomic<Int>(0)
 
     private struct State {
-        /// By member: its connection, if one is open.
+        /// By member: the connection its next call goes on, if one is open.
         var connections: [EtcdConnection?]
-        /// Connections dropped after a failed call that may not have closed yet (``shutdown()`` waits for them).
-        var closing: [EtcdConnection] = []
+        /// Every connection opened that may not have closed yet.
+        var opened: [EtcdConnection] = []
         var closed = false
     }
+
+    /// How long past its deadline a call waits for gRPC to end it before the caller's own deadline does (see
+    /// ``EtcdExecutor/run(until:_:)``).
+    private static let deadlineGrace: Duration = .milliseconds(200)
 
     /// `endpoints` must not be empty.
     public init(endpoints: [EtcdEndpoint], requestTimeout: Duration = .seconds(1)) {
@@ -43,34 +49,43 @@ public final class EtcdClient: Sendable {
     }
 
     deinit {
-        let connections = state.withLock { $0.connections.compactMap { $0 } + $0.closing }
-        Self.close(connections, executor: executor)
+        // After shutdown() there is nothing left to close (its executor has stopped, or stops soon).
+        if let opened = state.withLock({ $0.closed ? nil : $0.opened }) { Self.close(opened, executor: executor) }
     }
 
-    /// Closes every connection and returns when that is done; calls after it fail at once with
+    /// Closes every connection once the calls in flight have ended, and returns when that is done (or after one
+    /// request timeout, the rest closing in the background); calls after it fail at once with
     /// ``EtcdError/unreachable(_:_:)``. Call it where the owner stops, after cancelling the watches.
     public func shutdown() {
-        let connections = state.withLock { state -> [EtcdConnection]? in
-            guard !state.closed else { return nil }
-            state.closed = true
-            defer { state.connections = state.connections.map { _ in nil } }
-            return state.connections.compactMap { $0 } + state.closing
+        let first = state.withLock { state in
+            defer { state.closed = true }
+            return !state.closed
         }
-        guard let connections else { return }
-        for connection in connections { connection.close() }
-        _ = try? executor.run {
-            for connection in connections { await connection.closed() }
+        guard first else { return }
+        calls.wait()
+        let opened = state.withLock { state in
+            defer {
+                state.connections = state.connections.map { _ in nil }
+                state.opened = []
+            }
+            return state.opened
         }
-        executor.stop()
+        let closed = Self.close(opened, executor: executor)
+        _ = closed.wait(timeout: .now() + .milliseconds(Int(requestTimeout / .milliseconds(1))))
     }
 
-    /// Closes `connections` without waiting, and ends the executor's thread once they are closed.
-    private static func close(_ connections: [EtcdConnection], executor: EtcdExecutor) {
-        for connection in connections { connection.close() }
+    /// Retires `connections` and ends the executor's thread once they are closed (a connection still connecting
+    /// closes when its attempt ends); the semaphore is signalled then.
+    @discardableResult
+    private static func close(_ connections: [EtcdConnection], executor: EtcdExecutor) -> DispatchSemaphore {
+        let closed = DispatchSemaphore(value: 0)
+        for connection in connections { connection.retire() }
         Task(executorPreference: executor) {
             for connection in connections { await connection.closed() }
             executor.stop()
+            closed.signal()
         }
+        return closed
     }
 
     /// The member the client talks to now (or will try first).
@@ -231,11 +246,22 @@ public final class EtcdClient: Sendable {
         var lastError = EtcdError.unreachable(endpoints[member].description, "not tried")
         let options = EtcdConnection.options(timeout: requestTimeout)
         for _ in endpoints.indices {
-            let connection = try connection(to: member)
+            let connection = try beginCall(on: member)
+            let outcome: Result<Reply, EtcdError>
             do {
-                return try executor.run { try await body(connection.client, options) }
+                let deadline = ContinuousClock.now + requestTimeout + Self.deadlineGrace
+                outcome = .success(try executor.run(until: deadline) { try await body(connection.client, options) })
+            } catch is EtcdExecutor.DeadlinePassed {
+                outcome = .failure(.timedOut(connection.endpoint.description))
             } catch {
-                let reason = EtcdError(error, member: connection.endpoint)
+                outcome = .failure(EtcdError(error, member: connection.endpoint))
+            }
+            connection.endCall()
+            calls.leave()
+            switch outcome {
+            case .success(let reply):
+                return reply
+            case .failure(let reason):
                 guard reason.isUnavailable else { throw reason }
                 lastError = reason
                 drop(connection, of: member)
@@ -248,38 +274,37 @@ public final class EtcdClient: Sendable {
         throw lastError
     }
 
-    /// The open connection to `member` for one more call: a new one if there is none, or if the open one has made
-    /// its ``EtcdConnection/maxCalls`` (it closes once the calls it has in flight end).
-    private func connection(to member: Int) throws -> EtcdConnection {
-        let (connection, retired) = try state.withLock { state -> (EtcdConnection, EtcdConnection?) in
+    /// Begins a call on the open connection to `member`, or on a new one if there is none or the open one is
+    /// retired (it failed a call, or made its ``EtcdConnection/maxCalls``). End it with `endCall()` and
+    /// `calls.leave()`.
+    private func beginCall(on member: Int) throws -> EtcdConnection {
+        try state.withLock { state in
             guard !state.closed else {
                 throw EtcdError.unreachable(endpoints[member].description, "the client is shut down")
             }
-            var retired: EtcdConnection?
-            if let open = state.connections[member] {
-                if open.startCall() { return (open, nil) }
-                retired = open
-                state.closing.removeAll { $0.isClosed }
-                state.closing.append(open)
+            calls.enter()
+            if let open = state.connections[member], open.beginCall() { return open }
+            let connection: EtcdConnection
+            do {
+                connection = try EtcdConnection(to: endpoints[member], on: executor)
+            } catch {
+                calls.leave()
+                throw EtcdError.unreachable(endpoints[member].description, "\(error)")
             }
-            let connection = try EtcdConnection(to: endpoints[member], on: executor)
-            _ = connection.startCall()
+            _ = connection.beginCall()
             state.connections[member] = connection
-            return (connection, retired)
+            state.opened.removeAll { $0.isClosed }
+            state.opened.append(connection)
+            return connection
         }
-        retired?.close()
-        return connection
     }
 
-    /// Closes `connection`, which failed a call, unless another call replaced it already.
+    /// Retires `connection`, which failed a call (it closes once its other calls end), unless another call
+    /// replaced it already.
     private func drop(_ connection: EtcdConnection, of member: Int) {
-        let dropped = state.withLock { state in
-            guard state.connections[member] === connection else { return false }
-            state.connections[member] = nil
-            state.closing.removeAll { $0.isClosed }
-            state.closing.append(connection)
-            return true
+        state.withLock { state in
+            if state.connections[member] === connection { state.connections[member] = nil }
         }
-        if dropped { connection.close() }
+        connection.retire()
     }
 }

@@ -3,7 +3,8 @@ import GRPCNIOTransportHTTP2Posix
 import Synchronization
 
 /// The gRPC client of one etcd member: one HTTP/2 connection, opened at the first call, running on an
-/// ``EtcdExecutor`` until ``close()``.
+/// ``EtcdExecutor``. Calls on it are counted: once it is retired (after a failed call, or once it has made
+/// ``maxCalls``) it takes no more, and it closes when the last call in flight on it ends.
 final class EtcdConnection: Sendable {
     typealias Transport = HTTP2ClientTransport.Posix
 
@@ -22,8 +23,13 @@ final class EtcdConnection: Sendable {
     private let usage = Usage()
 
     private final class Usage: Sendable {
-        /// The calls started on the connection so far.
-        let calls = Atomic<Int>(0)
+        struct Calls {
+            var started = 0
+            var inFlight = 0
+            var retired = false
+        }
+
+        let calls = Mutex(Calls())
         /// Set once the connection is closed and its task has ended.
         let ended = Atomic<Bool>(false)
     }
@@ -47,16 +53,40 @@ final class EtcdConnection: Sendable {
         }
     }
 
-    /// Counts one more call; returns `false` once the connection has made ``maxCalls`` calls (it must not make
-    /// more).
-    func startCall() -> Bool {
-        usage.calls.wrappingAdd(1, ordering: .relaxed).newValue <= Self.maxCalls
+    /// Starts one more call on this connection; `false` if it is retired. The call that reaches ``maxCalls``
+    /// retires it (and goes ahead).
+    func beginCall() -> Bool {
+        usage.calls.withLock { calls in
+            guard !calls.retired else { return false }
+            calls.started += 1
+            calls.inFlight += 1
+            if calls.started >= Self.maxCalls { calls.retired = true }
+            return true
+        }
     }
 
-    /// Stops taking calls; those in flight end first (each has a deadline), then the connection closes.
-    func close() { client.beginGracefulShutdown() }
+    /// Ends a call begun with ``beginCall()``; the last call on a retired connection closes it.
+    func endCall() {
+        let close = usage.calls.withLock { calls in
+            calls.inFlight -= 1
+            return calls.retired && calls.inFlight == 0
+        }
+        if close { client.beginGracefulShutdown() }
+    }
 
-    /// Returns once the connection is closed (after ``close()``).
+    /// Takes no more calls, and closes once those in flight have ended (each has a deadline).
+    func retire() {
+        let close = usage.calls.withLock { calls in
+            calls.retired = true
+            return calls.inFlight == 0
+        }
+        if close { client.beginGracefulShutdown() }
+    }
+
+    /// Whether the connection takes no more calls.
+    var isRetired: Bool { usage.calls.withLock { $0.retired } }
+
+    /// Returns once the connection is closed (after its retirement and its last call).
     func closed() async { await running.value }
 
     /// Whether the connection is closed and its task has ended.
@@ -72,7 +102,6 @@ final class EtcdConnection: Sendable {
         return options
     }
 }
-
 extension EtcdError {
     /// What a failed call's error means, for a call to `member`.
     init(_ error: any Error, member: EtcdEndpoint) {

@@ -14,9 +14,12 @@ final class EtcdExecutor: TaskExecutor, @unchecked Sendable {
     private var jobs = Deque<UnownedJob>()
     private var stopping = false
 
+    /// `name`: the thread's, as `top -H` shows it (15 bytes at most).
     init(name: String) {
-        let thread = Thread { [self] in runJobs() }
-        thread.name = name
+        let thread = Thread { [self] in
+            nameThisThread(name)
+            runJobs()
+        }
         thread.start()
     }
 
@@ -39,17 +42,31 @@ final class EtcdExecutor: TaskExecutor, @unchecked Sendable {
 
     /// Runs `operation` as a task on this executor and blocks the calling thread until it ends. Never call it on
     /// the executor's own thread.
-    func run<Result: Sendable>(_ operation: @escaping @Sendable () async throws -> Result) throws -> Result {
+    ///
+    /// With a `deadline`, the task is cancelled when it passes, and the call throws ``DeadlinePassed`` unless the
+    /// task succeeded all the same. Swift's own timers (`Task.sleep`, and so gRPC's deadlines) wake up on a thread
+    /// of the shared pool, which may be busy or held: this deadline is the calling thread's own.
+    func run<Result: Sendable>(
+        until deadline: ContinuousClock.Instant? = nil, _ operation: @escaping @Sendable () async throws -> Result
+    ) throws -> Result {
         let outcome = Outcome<Result>()
-        Task(executorPreference: self) {
+        let task = Task(executorPreference: self) {
             do {
                 outcome.finish(.success(try await operation()))
             } catch {
                 outcome.finish(.failure(error))
             }
         }
+        if let deadline, outcome.wait(until: deadline) == nil {
+            task.cancel()
+            if case .success(let result) = outcome.wait() { return result }
+            throw DeadlinePassed()
+        }
         return try outcome.wait().get()
     }
+
+    /// A task run with a deadline was cancelled when it passed.
+    struct DeadlinePassed: Error {}
 
     private func runJobs() {
         while true {
@@ -85,4 +102,25 @@ private final class Outcome<Value: Sendable>: @unchecked Sendable {
             condition.wait()
         }
     }
+
+    /// The result, or `nil` if there is none by `deadline`.
+    func wait(until deadline: ContinuousClock.Instant) -> Swift.Result<Value, any Error>? {
+        condition.lock()
+        defer { condition.unlock() }
+        while result == nil {
+            let left = ContinuousClock.now.duration(to: deadline)
+            guard left > .zero else { break }
+            let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
+            _ = condition.wait(until: Date(timeIntervalSinceNow: seconds))
+        }
+        return result
+    }
+}
+
+/// Names the calling thread, as `top -H` shows it (at most 15 bytes; Foundation's `Thread.name` does not reach
+/// the system on Linux). Elsewhere it does nothing.
+func nameThisThread(_ name: String) {
+    #if os(Linux)
+        try? name.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+    #endif
 }
