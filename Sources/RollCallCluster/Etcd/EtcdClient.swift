@@ -10,9 +10,10 @@ import Synchronization
 /// A call goes to the preferred member and moves on to the next, for this call and the later ones, when that member
 /// is unreachable, does not answer in time (``requestTimeout`` per attempt, connection included), or answers that
 /// it cannot serve now (no leader): one attempt per member per call. The connection to a member that failed a call
-/// is closed, and the next call to it opens a new one: a member that stopped answering may hold what was sent on
-/// the old one, and nothing later queues behind it. Calls may come from several threads at once. Watches have their
-/// own thread and connection: ``watch(prefix:from:handler:)``.
+/// takes no more calls (it closes once those in flight end), and the next call to that member opens a new one: a
+/// member that stopped answering may hold what was sent on the old one, and nothing later queues behind it. A
+/// connection also makes at most ``EtcdConnection/maxCalls`` calls. Calls may come from several threads at once.
+/// Watches have their own threads and connection: ``watch(prefix:from:handler:)``.
 ///
 /// ``shutdown()`` closes the connections when the owner stops (cancel the watches first); a client dropped without
 /// it closes them in the background.
