@@ -136,6 +136,14 @@ public final class EtcdWatch: Sendable {
         opened.removeAll { $0.isClosed }
         opened.append(connection)
         defer { connection.retire() }
+        // Reset before the stream starts: it may end at once, on the stream's thread, before the lines below run.
+        guard
+            state.withLock({ state in
+                state.created = false
+                state.ended = nil
+                return !state.cancelled
+            })
+        else { return (nil, false) }
         let attempt = Task(executorPreference: executor) { [self] in
             var failure: (any Error)?
             do {
@@ -147,8 +155,6 @@ public final class EtcdWatch: Sendable {
             wake.signal()
         }
         let registered = state.withLock { state in
-            state.created = false
-            state.ended = nil
             if !state.cancelled { state.attempt = attempt }
             return !state.cancelled
         }
