@@ -61,7 +61,8 @@ struct ClusterSide {
     /// is over (``BrokerMachine/setReplayedRecordsAside(since:)``), not at every step of the history.
     var replayedViews: [UserID: PrivacySnapshot] = [:]
     /// The most bytes one privacy choice takes in etcd: a request to etcd is at most 1.5 MiB (`--max-request-bytes`),
-    /// and the JSON gateway sends values in base64 (4/3 of their size).
+    /// and a choice goes with its session's and the fence's operations (the bound was set when the JSON gateway sent
+    /// values in base64, 4/3 of their size, and kept: `limit` answers are documented at it).
     static let maxChoiceBytes = 1_000_000
     /// Whether the node said that privacy choices have no effect on it (no CURVE keys, no WebSocket tokens).
     var warnedOfPrivacyWithoutViewers = false

@@ -2,7 +2,7 @@ import DequeModule
 import Foundation
 
 /// A `TaskExecutor` on one thread of its own: the etcd client runs its gRPC tasks on it, and its blocking calls
-/// wait for them with ``run(_:)``.
+/// wait for them with ``run(until:_:)``.
 ///
 /// A blocking call that waited for a task on Swift Concurrency's shared pool (two threads on two cores) would need
 /// a free thread of that pool to finish, and its caller may be one of them (a test's async function), or every one

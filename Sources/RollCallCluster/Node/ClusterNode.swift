@@ -523,8 +523,9 @@ public final class ClusterNode: Sendable {
         }
 
         /// The most bytes of keys and values one transaction carries, but a single write larger than that (a privacy
-        /// choice of up to a megabyte goes alone): etcd takes a request of at most 1.5 MiB (`--max-request-bytes`), and
-        /// the JSON gateway sends keys and values in base64, 4/3 of their size.
+        /// choice of up to a megabyte goes alone): etcd takes a request of at most 1.5 MiB (`--max-request-bytes`);
+        /// the bound leaves room for the operations' framing and the fence (it was set when the JSON gateway sent
+        /// keys and values in base64, 4/3 of their size, and kept).
         static let maxBatchBytes = 512 * 1_024
 
         /// Whether a write is a loss's stamp: a transaction with a condition of its own, and no fence.
