@@ -236,9 +236,7 @@ extension EtcdBacked {
         @Test func manyCallsInARowAllSucceed() async throws {
             let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let client = EtcdClient(
-                endpoints: [EtcdEndpoint(host: "127.0.0.1", port: cluster.members[0].clientPort)],
-                requestTimeout: .seconds(2))
+            let client = cluster.clientOfFirstMember(timeout: .seconds(2))
             defer { client.shutdown() }
             for index in 0..<500 { try client.put("/m/k", "\(index)") }
             #expect(try client.range("/m/k").kvs.first?.value == "499")
@@ -249,9 +247,7 @@ extension EtcdBacked {
         @Test func concurrentCallsAcrossNewConnectionsAllSucceed() async throws {
             let cluster = try await EtcdCluster.started()
             defer { cluster.shutdown() }
-            let client = EtcdClient(
-                endpoints: [EtcdEndpoint(host: "127.0.0.1", port: cluster.members[0].clientPort)],
-                requestTimeout: .seconds(3))
+            let client = cluster.clientOfFirstMember(timeout: .seconds(3))
             defer { client.shutdown() }
             let failures = try await offThread {
                 let failures = Mutex<[String]>([])
@@ -285,11 +281,9 @@ extension EtcdBacked {
             let recorder = WatchRecorder()
             let watch = client.watch(prefix: "/t/", from: first) { recorder.record($0) }
             try await recorder.wait(for: "compaction reported") { $0.contains(.compacted(last)) }
-            let deadline = ContinuousClock.now + .seconds(5)
-            while watchThreads() > before, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(20))
+            try await recorder.wait(for: "the watch's threads ended", timeout: .seconds(5)) { _ in
+                watchThreads() <= before
             }
-            #expect(watchThreads() <= before, "the watch's threads still run")
             watch.cancel()
         }
 

@@ -63,4 +63,9 @@ extension EtcdCluster {
     func client(timeout: Duration = .seconds(1)) -> EtcdClient {
         EtcdClient(endpoints: EtcdEndpoint.list(clusterURL)!, requestTimeout: timeout)
     }
+
+    /// A client of the first member alone (no other to move to), with `timeout` per attempt.
+    func clientOfFirstMember(timeout: Duration) -> EtcdClient {
+        EtcdClient(endpoints: [EtcdEndpoint(host: "127.0.0.1", port: members[0].clientPort)], requestTimeout: timeout)
+    }
 }
