@@ -68,9 +68,5 @@ extension BrokerConfiguration {
             throw ConfigurationError(
                 "--test-mode", "moves a clock that etcd's leases do not follow: it excludes --cluster")
         }
-        if case .none = storage {
-        } else {
-            throw ConfigurationError("--cluster", "keeps the state in etcd: it excludes --data-dir (give --ephemeral)")
-        }
     }
 }

@@ -79,10 +79,10 @@ extension EventLoop {
             try? handleConnectionEvents()
             // What waits for the log goes out before the clock moves (it is not late: the clock jumped), and what the
             // advance publishes before the reply, as the protocol says.
-            store?.waitForLog(core: &machine.core, now: clock.now(), timeout: .seconds(5))
+            store?.waitForLog(machine: &machine, now: clock.now(), timeout: .seconds(5))
             carryOutEffects()
             advance(to: clock.now() + milliseconds)
-            store?.waitForLog(core: &machine.core, now: clock.now(), timeout: .seconds(5))
+            store?.waitForLog(machine: &machine, now: clock.now(), timeout: .seconds(5))
             result = .success(.advanced(time: clock.now()))
         }
         carryOutEffects()

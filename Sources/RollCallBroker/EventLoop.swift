@@ -87,11 +87,11 @@ final class EventLoop {
         do {
             try turn(until: stopping)
         } catch {
-            _ = store?.finish(from: &machine.core, now: clock.now())  // shutdown loses nothing, also when it fails
+            _ = store?.finish(from: &machine, now: clock.now())  // shutdown loses nothing, also when it fails
             throw error
         }
         // The final write comes before the last log line: a log that cannot be written must not lose it.
-        let written = store?.finish(from: &machine.core, now: clock.now()) ?? true
+        let written = store?.finish(from: &machine, now: clock.now()) ?? true
         releaseHeldPublications()  // in the log now, or never: they go out before the sockets close
         logger.info("event loop stopped", metadata: ["sessions": "\(machine.core.sessionCount)"])
         guard written else { throw BrokerError.finalWriteFailed }
@@ -166,7 +166,7 @@ final class EventLoop {
         carryOutEffects()
         for topic in updates.takeDueReplays(monotonic: signals.beat.now) { replay(topic) }
         if schedule.heartbeatDue(now: now) { publish(Topic.broker.bytes, .heartbeat) }
-        store?.write(from: &machine.core, now: now) { schedule.writeDue(now: now, hasChanges: $0) }
+        store?.write(from: &machine, now: now) { schedule.writeDue(now: now, hasChanges: $0) }
     }
 
     /// Carries out every publication that waits for the presence log, whatever the log holds.

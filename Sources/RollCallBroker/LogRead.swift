@@ -19,8 +19,8 @@ struct LoopHistory {
     /// that what is published while the file is read, and written meanwhile, is still here when the resume is
     /// answered (``resumed(after:through:topics:)``).
     private(set) var resumesReading: [UInt64] = []
-    /// The highest offset dropped from ``unwritten`` before it was written (the store could not write): a resume
-    /// from below it cannot be made whole.
+    /// The highest offset dropped from ``unwritten`` before it was written (the store could not write), or below a
+    /// cluster node's floor (LogFloor): a cursor below it cannot be continued whole.
     private(set) var droppedThrough: UInt64 = 0
 
     init(log: PresenceLog, epoch: String, reader: LogReader? = nil) {
@@ -33,6 +33,11 @@ struct LoopHistory {
     mutating func restart(epoch: String) {
         self.epoch = epoch
         unwritten.removeAll()
+    }
+
+    /// A cluster node's log no longer continues cursors below `through` (LogStart, LogFloor).
+    mutating func raiseFloor(through: UInt64) {
+        droppedThrough = max(droppedThrough, through)
     }
 
     /// Forgets the transitions the writer has written (at or below `committed`), but those a resume being read still
@@ -177,6 +182,7 @@ struct LogRead: Sendable {
                 "log_epoch '\(epoch)' is not this log's (\(history.epoch)): take ping's offset, query, then "
                     + "continue from it")
         }
+        if after < history.droppedThrough { return droppedTransitions(after: after) }
         if after > logOffset {
             return PresenceError(
                 .snapshotRequired,
@@ -206,7 +212,6 @@ struct LogRead: Sendable {
         if let refusal = refusal(of: after, epoch: logEpoch, history: history, logOffset: logOffset) {
             return .failure(refusal)
         }
-        guard history.droppedThrough <= after else { return .failure(droppedTransitions(after: after)) }
         let pending = history.pending(above: max(after, committed), through: logOffset, where: includes(topics))
         return .success(
             LogRead(
@@ -223,12 +228,13 @@ struct LogRead: Sendable {
         return { users.contains($0.record.user) }
     }
 
-    /// A resume past transitions dropped while the store could not write (or across the log's restart) is refused.
+    /// A cursor across a hole in the log is refused: transitions dropped while the store could not write, or a
+    /// cluster node's snapshot of etcd in place of its history.
     static func droppedTransitions(after: UInt64) -> PresenceError {
         PresenceError(
             .snapshotRequired,
-            "the log dropped transitions after offset \(after) while the store could not write: subscribe without "
-                + "'after' and continue from there")
+            "the log has a hole after offset \(after) (the store could not write, or this node of a cluster loaded a "
+                + "snapshot): take ping's offset, query (or subscribe without 'after'), then continue from there")
     }
 
     /// A resume that owes more than a page is refused: the client reads the current state instead.

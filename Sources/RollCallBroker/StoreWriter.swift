@@ -305,7 +305,12 @@ final class StoreWriter: Sendable {
         var time = batches[0].brokerTime
         var log: [LogEntry] = []
         var privacy: [UserID: PrivacySettings] = [:]
+        var logStart: LogStart?
+        var logFloor: LogFloor?
         for batch in batches {
+            // A cluster's epoch comes before any entry of it, and never changes within a run: the last one holds.
+            logStart = batch.logStart ?? logStart
+            logFloor = batch.logFloor?.raised(to: logFloor) ?? logFloor
             for settings in batch.privacy { privacy[settings.user] = settings }
             log += batch.log  // transitions are kept, all of them, in order
             for record in batch.records { records[record.user] = record }
@@ -314,10 +319,13 @@ final class StoreWriter: Sendable {
             for group in batch.deletedGroups { groups[group] = .some(nil) }
             time = max(time, batch.brokerTime)
         }
-        return StoreBatch(
+        var merged = StoreBatch(
             records: records.values.sorted { $0.user < $1.user },
             groups: groups.values.compactMap { $0 }.sorted { $0.group < $1.group },
             deletedGroups: groups.filter { $0.value == nil }.keys.sorted(), brokerTime: time, log: log,
             privacy: privacy.values.sorted { $0.user < $1.user })
+        merged.logStart = logStart
+        merged.logFloor = logFloor
+        return merged
     }
 }

@@ -21,6 +21,23 @@ extension PresenceCore {
     /// The offset of the latest transition, 0 before any.
     public var logOffset: UInt64 { lastOffset }
 
+    /// The offset a cluster's stamp gives a transition (its place in etcd's history, the same on every node), taken
+    /// as the latest.
+    mutating func stampedOffset(_ offset: UInt64) -> UInt64 {
+        lastOffset = max(lastOffset, offset)
+        return offset
+    }
+
+    /// Keeps a transition for the log. A second change of one stamp keeps the first's offset (one revision shows
+    /// one record per user): its entry replaces the first's, still waiting to be taken in the same round.
+    mutating func logTransition(_ entry: LogEntry, again: Bool) {
+        if again, let index = transitions.lastIndex(where: { $0.offset == entry.offset }) {
+            transitions[index] = entry
+        } else {
+            transitions.append(entry)
+        }
+    }
+
     /// The next offset: one more than the last, and never behind the broker's clock in microseconds, so that after
     /// a crash (which can lose the last offsets handed out before they were written) the numbering continues above
     /// them. The same rule as `seq`'s (``nextSeq(after:now:)``), over the whole log.

@@ -95,15 +95,22 @@ extension PresenceCore {
         state.publishedSessions = visible
         // A second change of one stamp (a cluster's revision that changes the user twice, or a snapshot's load)
         // keeps the stamp's seq: the broker publishes the user's last record of a revision only.
+        let again = stamp?.seq == state.seq
         state.seq =
-            stamp.map { $0.seq == state.seq ? $0.seq : max(state.seq + 1, $0.seq) }
+            stamp.map { again ? $0.seq : max(state.seq + 1, $0.seq) }
             ?? nextSeq(after: state.seq, now: now)
-        if logsTransitions { state.offset = nextOffset(now: now) }
+        if logsTransitions, !again {
+            if let offset = stamp?.offset {
+                state.offset = stampedOffset(offset)
+            } else {
+                state.offset = nextOffset(now: now)
+            }
+        }
         users[user] = state
         if tracksChanges { changedUsers.insert(user) }
         noteMemberChange(user, from: previous, to: status, now: now)
         let published = record(of: user, now: at)
-        if logsTransitions { transitions.append(LogEntry(offset: state.offset, time: at, record: published)) }
+        if logsTransitions { logTransition(LogEntry(offset: state.offset, time: at, record: published), again: again) }
         return [published]
     }
 

@@ -21,14 +21,17 @@ extension PresenceCore {
     }
 
     /// When a change of the cluster's store happened, as every node sees it: the time the node that made it gave
-    /// it (a record's `since` and `last_seen`) and the `seq` its revision gives (a record's `seq`, at least).
+    /// it (a record's `since` and `last_seen`), the `seq` its revision gives (a record's `seq`, at least), and, with
+    /// the presence log on, the offset its place in etcd's history gives (the same on every node: docs/history.md).
     public struct Stamp: Sendable, Equatable {
         public var time: BrokerTime
         public var seq: UInt64
+        public var offset: UInt64?
 
-        public init(time: BrokerTime, seq: UInt64) {
+        public init(time: BrokerTime, seq: UInt64, offset: UInt64? = nil) {
             self.time = time
             self.seq = seq
+            self.offset = offset
         }
     }
 

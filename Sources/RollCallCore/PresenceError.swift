@@ -23,8 +23,8 @@ public enum ErrorCode: String, Sendable, CaseIterable {
     /// request names another log (`log_epoch`): `query` the current state and continue from the offset `ping`
     /// reports (docs/history.md).
     case snapshotRequired = "snapshot_required"
-    /// The broker keeps no presence log (`--history-retention-ms 0`, `--ephemeral`, or a cluster node), so it
-    /// answers no `history`, `events` or `query` with `at` (docs/history.md).
+    /// The broker keeps no presence log (`--history-retention-ms 0`, `--ephemeral`, or a cluster node without a data
+    /// directory), so it answers no `history`, `events` or `query` with `at` (docs/history.md).
     case noHistory = "no_history"
 }
 

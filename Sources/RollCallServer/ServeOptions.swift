@@ -43,7 +43,7 @@ public struct ServeOptions: Sendable {
         c.commandEndpoint = commandEndpoint ?? free ?? c.commandEndpoint
         c.updateEndpoint = updateEndpoint ?? free ?? c.updateEndpoint
         // A node of a cluster keeps its state in etcd, a test-mode broker nowhere: no data directory unless one is
-        // named (which the broker's validation refuses for a node).
+        // named (a node then keeps its presence log there: docs/history.md, "On a cluster").
         if ephemeral || ((c.testMode || cluster != nil) && dataDirectory == nil) {
             guard dataDirectory == nil else {
                 throw ConfigurationError("--ephemeral", "and --data-dir exclude each other")

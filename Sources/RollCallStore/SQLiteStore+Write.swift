@@ -23,7 +23,9 @@ extension SQLiteStore {
             ])
             try upsertUser.execute()
         }
+        if let start = batch.logStart { try startClusterLog(start, db: db, path: path) }
         try appendLog(batch.log, to: db, path: path)
+        if let floor = batch.logFloor { try raiseLogFloor(floor, time: batch.brokerTime, db: db, path: path) }
         try writePrivacy(batch.privacy, to: db, path: path)
         try writeGroups(batch, to: db, path: path)
         try db.execute(
@@ -32,6 +34,36 @@ extension SQLiteStore {
                 ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
                 """,
             arguments: [brokerTimeKey, batch.brokerTime.milliseconds])
+    }
+
+    /// Keeps the log under a cluster's epoch: a log under another one is emptied, starts at the stored broker time,
+    /// and continues no cursor through the floor.
+    private static func startClusterLog(_ start: LogStart, db: Database, path: String) throws {
+        guard try PresenceLog.state(db, withLastOffset: false).epoch != start.epoch else { return }
+        let started =
+            try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = ?", arguments: [brokerTimeKey]) ?? 0
+        try db.execute(sql: "DELETE FROM log")
+        try db.execute(sql: "UPDATE users SET log_offset = NULL")
+        try db.execute(
+            sql: """
+                INSERT INTO log_info (id, epoch, started, trimmed_through, trimmed_before) VALUES (1, ?, ?, ?, 0)
+                ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch, started = excluded.started,
+                    trimmed_through = excluded.trimmed_through, trimmed_before = 0
+                """,
+            arguments: [start.epoch, started, try storableInteger(start.floor, "a log floor", path: path)])
+    }
+
+    /// Raises the log's floor: entries below `keepFrom` go, and cursors below `through` and times before `time` are
+    /// no longer told.
+    private static func raiseLogFloor(_ floor: LogFloor, time: BrokerTime, db: Database, path: String) throws {
+        let keepFrom = try storableInteger(floor.keepFrom, "a log floor", path: path)
+        try db.execute(sql: "DELETE FROM log WHERE log_offset < ?", arguments: [keepFrom])
+        try db.execute(
+            sql: """
+                UPDATE log_info SET trimmed_through = max(trimmed_through, ?), trimmed_before = max(trimmed_before, ?)
+                WHERE id = 1
+                """,
+            arguments: [try storableInteger(floor.through, "a log floor", path: path), time.milliseconds])
     }
 
     /// Appends transitions to the log. An offset already there (written again after a failed commit was retried

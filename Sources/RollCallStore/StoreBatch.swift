@@ -15,6 +15,10 @@ public struct StoreBatch: Sendable, Equatable {
     /// Users' privacy settings, each replacing what is stored for that user; empty settings delete it
     /// (docs/privacy.md).
     public var privacy: [PrivacySettings]
+    /// Before ``log`` is appended: the log is to be under this epoch (a cluster's), and starts over if it is not.
+    public var logStart: LogStart?
+    /// After ``log`` is appended: the log no longer continues cursors below this floor (a cluster node's gap).
+    public var logFloor: LogFloor?
 
     public init(
         records: [PresenceRecord] = [], groups: [StoredGroup] = [], deletedGroups: [GroupID] = [],
@@ -31,5 +35,6 @@ public struct StoreBatch: Sendable, Equatable {
     /// A batch with no records and no group changes; writing it does nothing, not even store `brokerTime`.
     public var isEmpty: Bool {
         records.isEmpty && groups.isEmpty && deletedGroups.isEmpty && log.isEmpty && privacy.isEmpty
+            && logStart == nil && logFloor == nil
     }
 }

@@ -46,6 +46,20 @@ struct StoreWriterLogTests {
         return LogEntry(offset: offset, time: BrokerTime(milliseconds: 1), record: record)
     }
 
+    /// Batches merged into one write keep a cluster's epoch and the highest floor, whichever batch carried them:
+    /// the store applies the epoch before the merged entries and the floor after them.
+    @Test func mergedBatchesKeepTheEpochAndTheHighestFloor() {
+        var first = StoreBatch(brokerTime: BrokerTime(milliseconds: 1))
+        first.logStart = LogStart(epoch: "0000000000001234", floor: 0)
+        first.logFloor = LogFloor(through: 50, keepFrom: 40)
+        var second = StoreBatch(brokerTime: BrokerTime(milliseconds: 2))
+        second.logFloor = LogFloor(through: 30, keepFrom: 20)
+        let merged = StoreWriter.merge([first, second, StoreBatch(brokerTime: BrokerTime(milliseconds: 3))])
+        #expect(merged.logStart == first.logStart)
+        #expect(merged.logFloor == first.logFloor)
+        #expect(!merged.isEmpty)
+    }
+
     /// While the disk fails the writer keeps at most its bound of transitions, dropping the oldest; once writes work
     /// again the log starts over under a new epoch, which the loop is told, so that no reader continues across the
     /// hole. Nothing was lost without the epoch changing.

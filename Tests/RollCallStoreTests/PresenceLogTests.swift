@@ -92,6 +92,37 @@ struct PresenceLogTests {
         }
     }
 
+    /// A node of a cluster keeps its log under the cluster's epoch: a log under another one is emptied and refuses
+    /// cursors through the floor; under the same epoch nothing changes. A floor (a snapshot in place of etcd's
+    /// history) deletes the entries below it, keeps those from `keepFrom` on, written in the same batch, and refuses
+    /// earlier cursors and times.
+    @Test func aClustersEpochAndFloorsHoldInTheFile() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let (own, log) = try #require(try store.openLog(keep: true))
+            try store.write(StoreBatch(brokerTime: at(1_000), log: [entry(7, "alice", .online, at: 1_000)]))
+            let start = LogStart(epoch: "0000000000001234", floor: 9)
+            #expect(own.epoch != start.epoch)
+            var batch = StoreBatch(brokerTime: at(2_000), log: [entry(10, "bob", .online, at: 2_000)])
+            batch.logStart = start
+            try store.write(batch)
+            var state = try log.state()
+            #expect(state.epoch == start.epoch)
+            #expect(state.trimmedThrough == 9)
+            #expect(try log.events(after: 0, limit: 10).map(\.offset) == [10])
+            try store.write(batch)  // the same epoch again: kept as it is
+            #expect(try log.events(after: 0, limit: 10).map(\.offset) == [10])
+
+            var snapshot = StoreBatch(brokerTime: at(3_000), log: [entry(40, "carol", .online, at: 3_000)])
+            snapshot.logFloor = LogFloor(through: 49, keepFrom: 40)
+            try store.write(snapshot)
+            state = try log.state()
+            #expect(state.trimmedThrough == 49)
+            #expect(state.horizon == at(3_000))
+            #expect(try log.events(after: 0, limit: 10).map(\.offset) == [40])
+        }
+    }
+
     /// Webhook cursors are kept per URL and never move back.
     @Test func webhookCursorsOnlyMoveForward() throws {
         try withTemporaryDirectory { directory in

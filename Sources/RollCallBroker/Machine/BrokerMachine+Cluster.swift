@@ -108,6 +108,34 @@ struct ClusterSide {
         return overflow ? .max : sum
     }
 
+    /// The place of the change being applied among its revision's changes (``BrokerMachine/applyHeldChanges(now:)``):
+    /// with the revision, it names the change's transitions in the presence log.
+    var ordinal = 0
+
+    /// How a change is stamped: at `time`, with the `seq` and the log offset its revision and ``ordinal`` give.
+    func stamp(time: BrokerTime, revision: Int64) -> PresenceCore.Stamp {
+        PresenceCore.Stamp(
+            time: time, seq: seq(at: revision), offset: Self.logOffset(revision: revision, ordinal: ordinal))
+    }
+
+    /// The bits of a cluster's log offset that number the changes of one revision (docs/history.md).
+    static let ordinalBits = 24
+
+    /// The log offset of the `ordinal`th change of `revision`: the same on every node, which sees the same changes in
+    /// the same order, so that a client moving to another node continues from the offset it has. A revision past
+    /// 2^40 (a million years of writes at 30,000 a second) or a change past the 2^24th of one revision saturates.
+    static func logOffset(revision: Int64, ordinal: Int) -> UInt64 {
+        let revision = UInt64(max(0, min(revision, 1 << (64 - ordinalBits) - 1)))
+        return revision << ordinalBits | UInt64(max(0, min(ordinal, 1 << ordinalBits - 1)))
+    }
+
+    /// The log's epoch on a cluster: named by the cluster's `seq` base, which the cluster's first join wrote (a new
+    /// cluster, or the cluster's keys wiped, makes a new one), so the same on every node.
+    static func logEpoch(seqBase: UInt64) -> String {
+        let digits = String(seqBase, radix: 16)
+        return String(repeating: "0", count: max(0, 16 - digits.count)) + digits
+    }
+
     /// The lost incarnations whose sessions `revision` (one revision's changes) ends with no stamp known (sessions
     /// the view has). Stamps among the changes `after` it are learned first: a stamp comes after the loss it stamps.
     mutating func unstampedLosses(
@@ -169,6 +197,8 @@ extension BrokerMachine {
             case .changes(let changes):
                 publishReplayedRecords(now: now)
                 applyClusterChanges(changes, now: now)
+            case .snapshot(let revision):
+                snapshotLoaded(at: revision)
             case .replayed(let changes):
                 withCluster { $0.replaying = true }
                 let first = effects.count
@@ -188,6 +218,25 @@ extension BrokerMachine {
             side.acceptsSessions = acceptsSessions
             side.seqBase = seqBase
         }
+        // The log is kept under the cluster's epoch from the join on (before any change of it is applied), and again
+        // after the writer started it over under one of its own (docs/history.md, "On a cluster").
+        guard let seqBase, published.logsTransitions else { return }
+        let epoch = ClusterSide.logEpoch(seqBase: seqBase)
+        guard logEpoch != epoch else { return }
+        logEpoch = epoch
+        logControl.start = LogStart(epoch: epoch, floor: logOffset)
+    }
+
+    /// The node loaded a snapshot of etcd at `revision` rather than replaying its history: its log has a hole below
+    /// it, and the snapshot's own changes (at `revision`) are this node's alone. Cursors through `revision` are
+    /// refused, and the entries before it go; `ping` reports the floor, from which a client continues.
+    mutating func snapshotLoaded(at revision: Int64) {
+        guard case .cluster = publishing, published.logsTransitions else { return }
+        let floor = LogFloor(
+            through: ClusterSide.logOffset(revision: revision, ordinal: .max),
+            keepFrom: ClusterSide.logOffset(revision: revision, ordinal: 0))
+        logControl.floor = floor.raised(to: logControl.floor)
+        withPublished { $0.startLog(after: floor.through) }
     }
 
     /// The node's state changed; whether its standing, as clients see it, changed (the loop then sends the broker
@@ -267,7 +316,10 @@ extension BrokerMachine {
                 withCluster { $0.endings[user] = ClusterValues.decodeEnding(value) }
             }
             let first = effects.count
-            for change in pending[start..<end] { apply(change, now: now) }
+            for (ordinal, change) in pending[start..<end].enumerated() {
+                withCluster { $0.ordinal = ordinal }
+                apply(change, now: now)
+            }
             keepLastRecords(since: first)
             start = end
         }
@@ -366,14 +418,13 @@ extension BrokerMachine {
     private mutating func apply(_ change: ClusterReplica.Change, now: BrokerTime) {
         // Read through ``withCluster(_:)``, in place: a copy of the side held while ``withPublished(_:)`` changes the
         // view would make that change copy the whole view.
-        guard let seq = withCluster({ $0.seq(at: change.revision) }) else { return }
         switch change {
         case .sessionPut(let key, let value, _):
             guard let (session, time) = ClusterValues.decodeSession(value) else {
                 effects.append(.warning("a session in etcd cannot be read; left out", ["key": "\(key)"]))
                 return
             }
-            let stamp = PresenceCore.Stamp(time: time, seq: seq)
+            guard let stamp = withCluster({ $0.stamp(time: time, revision: change.revision) }) else { return }
             let actions = withPublished {
                 $0.putRemoteSession(SessionID(key.description), session, stamp: stamp, now: now)
             }
@@ -390,7 +441,7 @@ extension BrokerMachine {
                     : side.endings[user.rawValue] ?? ClusterValues.Ending(reason: .bye, time: now)
             }
             guard let ending = found ?? nil else { return }
-            let stamp = PresenceCore.Stamp(time: ending.time, seq: seq)
+            guard let stamp = withCluster({ $0.stamp(time: ending.time, revision: change.revision) }) else { return }
             let actions = withPublished { $0.endRemoteSession(id, reason: ending.reason, stamp: stamp, now: now) }
             publish(actions, now: now)
         case .userPut:

@@ -200,7 +200,7 @@ extension BrokerMachine {
         guard
             let (stamp, before) = withCluster({ side in
                 (
-                    PresenceCore.Stamp(time: time, seq: side.seq(at: revision)),
+                    side.stamp(time: time, revision: revision),
                     side.view.privacySnapshot(of: user, now: now)
                 )
             })

@@ -50,8 +50,12 @@ struct BrokerMachine {
     let configuration: BrokerConfiguration
     /// Names this run of the broker (`ping`, the broker heartbeat).
     let epoch: String
-    /// The presence log's epoch, when the broker keeps one: `ping` reports it with the latest offset.
+    /// The presence log's epoch, when the broker keeps one: `ping` reports it with the latest offset. A node of a
+    /// cluster learns it from the cluster's `seq` base as it joins (``clusterNodeReads(acceptsSessions:seqBase:)``).
     var logEpoch: String?
+    /// What the store is to do to the log along with the transitions taken next (``takeLog()``): on a node of a
+    /// cluster, keep it under the cluster's epoch, or raise its floor over a hole.
+    var logControl: (start: LogStart?, floor: LogFloor?) = (nil, nil)
     /// This node's sessions: liveness, requests and replies. On a single broker it also publishes.
     var core: PresenceCore
     var publishing: Publishing
@@ -277,7 +281,8 @@ struct BrokerMachine {
             swap(&out, &effects)
             return !out.isEmpty
         }
-        hold?.pass(&effects, to: &out, logged: logged, logOffset: core.logOffset, now: monotonic)
+        let logOffset = logOffset
+        hold?.pass(&effects, to: &out, logged: logged, logOffset: logOffset, now: monotonic)
         return !out.isEmpty
     }
 
@@ -290,7 +295,19 @@ struct BrokerMachine {
 
     /// The latest offset of the presence log whose transition is out, or in the log: what `ping`, reads of the log
     /// and resumes go up to (PublicationHold.swift).
-    var visibleLogOffset: UInt64 { hold?.visible(logOffset: core.logOffset) ?? core.logOffset }
+    var visibleLogOffset: UInt64 { hold?.visible(logOffset: logOffset) ?? logOffset }
+
+    /// The latest offset handed out, by the core that publishes.
+    var logOffset: UInt64 { published.logOffset }
+
+    /// The transitions made since the last call, in offset order, by the core that publishes, with what the store is
+    /// to do to the log along with them (``logControl``).
+    mutating func takeLog() -> (control: (start: LogStart?, floor: LogFloor?), entries: [LogEntry]) {
+        let control = logControl
+        logControl = (nil, nil)
+        guard published.hasTransitions else { return (control, []) }
+        return (control, withPublished { $0.takeTransitions() })
+    }
 
     /// Takes the sessions' steps since the last call: on a node of a cluster each is written to etcd, and with
     /// ``logsSessionSteps`` they are reported for the log.

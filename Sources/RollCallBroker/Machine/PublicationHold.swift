@@ -59,10 +59,10 @@ struct PublicationHold {
     /// transition made before them (`logOffset`, the latest handed out) or something waits ahead of them.
     static func waits(_ effect: BrokerMachine.Effect) -> Bool {
         switch effect {
-        case .publish, .publishGroup, .publishViews, .resendViews: true
-        // `.answer` (a reply that waited for etcd) comes only on a node of a cluster, which keeps no log and holds
-        // nothing: it never overtakes the views it follows.
-        case .clusterWrite, .publishHeartbeat, .warning, .notice, .sessionSteps, .answer: false
+        // `.answer` (a privacy edit's reply that waited for etcd, on a node of a cluster) never overtakes the views
+        // it follows: a viewer is shown the change before its author hears `ok` (docs/privacy.md).
+        case .publish, .publishGroup, .publishViews, .resendViews, .answer: true
+        case .clusterWrite, .publishHeartbeat, .warning, .notice, .sessionSteps: false
         }
     }
 

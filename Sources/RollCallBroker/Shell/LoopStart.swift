@@ -22,11 +22,9 @@ struct LoopStart {
         let clock: BrokerClock
         var side: StoreSide?
         if let store {
-            // The log is kept on a single broker with a data directory (a node of a cluster would number transitions
-            // apart from the other nodes: docs/history.md, known weaknesses).
             (side, clock) = try StoreSide.open(
                 store, core: &core, configuration: configuration,
-                keepsLog: configuration.historyRetentionMilliseconds > 0 && inCluster == nil, logger: logger,
+                keepsLog: configuration.historyRetentionMilliseconds > 0, inCluster: inCluster != nil, logger: logger,
                 clock: { BrokerClock(floor: $0, manual: configuration.testMode) }, wakeLoop: { mailbox.wake() },
                 logCommitted: logCommitted,
                 logRestarted: { epoch in
@@ -47,8 +45,14 @@ struct LoopStart {
                 ?? .local,
             logsSessionSteps: logger.logLevel <= .debug)
         machine.logEpoch = side?.logEpoch
+        if side?.logEpoch != nil, inCluster != nil {
+            // A node of a cluster numbers transitions by etcd's history, in the cluster's view, under the cluster's
+            // epoch, which it learns as it joins (docs/history.md, "On a cluster").
+            machine.withPublished { $0.startLog(after: 0) }
+            machine.logEpoch = nil
+        }
         if side?.logEpoch != nil, !configuration.publishesBeforeCommit {
-            machine.hold = PublicationHold(logged: machine.core.logOffset)
+            machine.hold = PublicationHold(logged: machine.logOffset)
         }
         if let contacts {
             // After the kept state: the file wins for the users it lists. Nobody is subscribed yet, so the views

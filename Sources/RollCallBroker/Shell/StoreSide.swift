@@ -18,17 +18,49 @@ final class StoreSide {
     /// no later transitions (under a steady stream of changes it would wait for ever).
     private var caughtUp: [FairnessKey: UInt64] = [:]
     private let logger: Logger
+    /// Whether the store keeps the presence log alone (a node of a cluster, whose state is etcd's).
+    private let logsOnly: Bool
 
     /// Loads the kept state into `core`; starts the writer, and the log's reader when the broker keeps a log. Returns
     /// the side and the broker time the kept state ends at.
     static func open(
         _ store: any PresenceStore, core: inout PresenceCore, configuration: BrokerConfiguration, keepsLog: Bool,
-        logger: Logger, clock: (BrokerTime?) -> BrokerClock, wakeLoop: @escaping @Sendable () -> Void,
+        inCluster: Bool, logger: Logger, clock: (BrokerTime?) -> BrokerClock, wakeLoop: @escaping @Sendable () -> Void,
         logCommitted: @escaping @Sendable (UInt64) -> Void, logRestarted: @escaping @Sendable (String) -> Void
     ) throws -> (StoreSide, BrokerClock) {
         let kept = try store.load()
         let clock = clock(kept.brokerTime)
-        core.restore(records: kept.records, groups: kept.groups, now: clock.now())
+        if inCluster {
+            // The cluster's state is etcd's: a node's data directory keeps its presence log alone (and its clock).
+            core.tracksChanges = false
+        } else {
+            Self.restore(kept, into: &core, now: clock.now(), configuration: configuration, logger: logger)
+        }
+        var history: LoopHistory?
+        if let (state, log) = try store.openLog(keep: keepsLog), keepsLog {
+            // A node of a cluster numbers transitions by etcd's history, in the cluster's view (LoopStart.swift).
+            if !inCluster { core.startLog(after: state.lastOffset) }
+            let reader = LogReader(log: try log.readOnlyConnection(), beforeRead: configuration.logReadHook)
+            history = LoopHistory(log: log, epoch: state.epoch, reader: reader)
+            logger.info(
+                "presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
+        }
+        let writer = StoreWriter(
+            store: store, logger: logger,
+            logRetention: history == nil ? nil : configuration.historyRetentionMilliseconds,
+            committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted,
+            logRestarted: logRestarted,
+            writeSpacing: configuration.publishesBeforeCommit
+                ? StoreWriter.relaxedWriteSpacing : StoreWriter.writeSpacing)
+        return (StoreSide(writer: writer, history: history, logsOnly: inCluster, logger: logger), clock)
+    }
+
+    /// Loads a single broker's kept state into `core`, and says what it found.
+    private static func restore(
+        _ kept: StoredState, into core: inout PresenceCore, now: BrokerTime, configuration: BrokerConfiguration,
+        logger: Logger
+    ) {
+        core.restore(records: kept.records, groups: kept.groups, now: now)
         core.restorePrivacy(kept.privacy)
         if core.hasPrivacySettings, !configuration.identifiesViewers {
             // Without keys or tokens every peer is an operator and sees the truth (docs/privacy.md).
@@ -42,27 +74,12 @@ final class StoreSide {
                 "users": "\(kept.records.count)", "available": "\(core.availableUserCount)",
                 "groups": "\(kept.groups.count)", "skipped": "\(kept.skippedRows)",
             ])
-        var history: LoopHistory?
-        if let (state, log) = try store.openLog(keep: keepsLog), keepsLog {
-            core.startLog(after: state.lastOffset)
-            let reader = LogReader(log: try log.readOnlyConnection(), beforeRead: configuration.logReadHook)
-            history = LoopHistory(log: log, epoch: state.epoch, reader: reader)
-            logger.info(
-                "presence log kept", metadata: ["log_epoch": "\(state.epoch)", "offset": "\(state.lastOffset)"])
-        }
-        let writer = StoreWriter(
-            store: store, logger: logger,
-            logRetention: history == nil ? nil : configuration.historyRetentionMilliseconds,
-            committedOffset: core.logOffset, wakeLoop: wakeLoop, logCommitted: logCommitted,
-            logRestarted: logRestarted,
-            writeSpacing: configuration.publishesBeforeCommit
-                ? StoreWriter.relaxedWriteSpacing : StoreWriter.writeSpacing)
-        return (StoreSide(writer: writer, history: history, logger: logger), clock)
     }
 
-    private init(writer: StoreWriter, history: LoopHistory?, logger: Logger) {
+    private init(writer: StoreWriter, history: LoopHistory?, logsOnly: Bool, logger: Logger) {
         self.writer = writer
         self.history = history
+        self.logsOnly = logsOnly
         self.logger = logger
     }
 
@@ -78,10 +95,10 @@ final class StoreSide {
 
     /// Hands this round's transitions to the writer and waits, at most `timeout`, until it has committed them or
     /// failed: test mode's `advance` answers once what it published is out (docs/protocol.md).
-    func waitForLog(core: inout PresenceCore, now: BrokerTime, timeout: Duration) {
+    func waitForLog(machine: inout BrokerMachine, now: BrokerTime, timeout: Duration) {
         guard history != nil else { return }
-        writeTransitions(from: &core, now: now)
-        writer.waitForCommit(through: core.logOffset, timeout: timeout)
+        writeTransitions(from: &machine, now: now)
+        writer.waitForCommit(through: machine.logOffset, timeout: timeout)
     }
 
     /// Stops the log's reader: a read in flight is dropped.
@@ -91,41 +108,59 @@ final class StoreSide {
 
     /// Once per write interval (`due`), the changes since the last batch; every round, the new transitions: they are
     /// what a crash must not lose. A database file made anew first gets the whole state.
-    func write(from core: inout PresenceCore, now: BrokerTime, due: (Bool) -> Bool) {
-        if writer.takeSnapshotRequest() { writer.enqueue(Self.everything(of: &core, now: now)) }
-        if due(core.hasChanges) { writer.enqueue(Self.batch(of: &core, now: now).appendingLog(take(from: &core))) }
-        writeTransitions(from: &core, now: now)
+    func write(from machine: inout BrokerMachine, now: BrokerTime, due: (Bool) -> Bool) {
+        if writer.takeSnapshotRequest(), !logsOnly { writer.enqueue(Self.everything(of: &machine.core, now: now)) }
+        if due(machine.core.hasChanges) {
+            var batch = Self.batch(of: &machine.core, now: now)
+            take(from: &machine, into: &batch)
+            writer.enqueue(batch)
+        }
+        writeTransitions(from: &machine, now: now)
     }
 
     /// Hands the last changes to the writer and waits for them; whether everything is stored.
-    func finish(from core: inout PresenceCore, now: BrokerTime) -> Bool {
-        writer.enqueue(Self.batch(of: &core, now: now).appendingLog(take(from: &core)))
+    func finish(from machine: inout BrokerMachine, now: BrokerTime) -> Bool {
+        var batch = Self.batch(of: &machine.core, now: now)
+        take(from: &machine, into: &batch)
+        writer.enqueue(batch)
         return writer.finish()
     }
 
     /// Hands this round's transitions to the writer, when the broker keeps a log.
-    func writeTransitions(from core: inout PresenceCore, now: BrokerTime) {
+    func writeTransitions(from machine: inout BrokerMachine, now: BrokerTime) {
         guard history != nil else { return }
         writer.note(time: now)
         history?.forget(through: writer.committedOffset)
         // The writer drops the oldest past the same bound while the store cannot write (and the log then starts over).
         history?.dropUnwritten(past: writer.maxUnwrittenLog, committed: writer.committedOffset)
-        let entries = take(from: &core)
-        guard !entries.isEmpty else { return }
-        writer.enqueue(StoreBatch(brokerTime: now, log: entries))
+        var batch = StoreBatch(brokerTime: now)
+        take(from: &machine, into: &batch)
+        writer.enqueue(batch)
     }
 
     /// The log started over under `epoch` (the writer dropped transitions while the store could not write): cursors
     /// of the old epoch are refused from now on.
     func restartLog(epoch: String) { history?.restart(epoch: epoch) }
 
-    /// Takes the core's new transitions, keeping them for reads until the writer has written them. The caller hands
-    /// them to the writer: taken and not written, they would be lost from the log.
-    private func take(from core: inout PresenceCore) -> [LogEntry] {
-        guard history != nil, core.hasTransitions else { return [] }
-        let entries = core.takeTransitions()
+    /// Takes the machine's new transitions into `batch`, keeping them for reads until the writer has written them,
+    /// with what the log must do along with them (a cluster's epoch, a floor), which holds for reads at once. The
+    /// caller hands the batch to the writer: taken and not written, they would be lost from the log.
+    private func take(from machine: inout BrokerMachine, into batch: inout StoreBatch) {
+        guard history != nil else { return }
+        let (control, entries) = machine.takeLog()
+        if let start = control.start {
+            batch.logStart = start
+            if history?.epoch != start.epoch {
+                history?.restart(epoch: start.epoch)
+                history?.raiseFloor(through: start.floor)
+            }
+        }
+        if let floor = control.floor {
+            batch.logFloor = floor
+            history?.raiseFloor(through: floor.through)
+        }
         history?.unwritten.append(contentsOf: entries)
-        return entries
+        batch.log += entries
     }
 
     /// The changes since the last batch, for the store.
@@ -148,7 +183,19 @@ final class StoreSide {
 
     /// The answer to a read of the log on a broker that keeps none.
     static let noLog = PresenceError(
-        .noHistory, "this broker keeps no presence log (--history-retention-ms 0, --ephemeral, or a cluster node)")
+        .noHistory, "this broker keeps no presence log (--history-retention-ms 0, or --ephemeral)")
+
+    /// Why a node of a cluster does not read its log now, as it does not answer `query`: it is outside its window
+    /// (its log may lag the cluster's), or has not joined yet (its log waits for the cluster's epoch). `nil` on a
+    /// single broker.
+    static func clusterRefusal(_ machine: BrokerMachine) -> PresenceError? {
+        if let refusal = machine.clusterRefusal { return refusal }
+        guard machine.logEpoch == nil else { return nil }
+        return PresenceError(
+            .clusterUnavailable,
+            "this node has not joined the cluster yet, and its presence log waits for the cluster's epoch: try another "
+                + "node, or again later")
+    }
 
     /// What became of a request that reads the log.
     enum ReadStart {
@@ -171,12 +218,13 @@ final class StoreSide {
         _ request: Request, key: FairnessKey, viewer: UserID?, machine: inout BrokerMachine, now: BrokerTime,
         done: @escaping @Sendable (LogRead, Result<LogRead.Rows, any Error>) -> Void
     ) -> ReadStart {
-        writeTransitions(from: &machine.core, now: now)
+        writeTransitions(from: &machine, now: now)
         guard let history, let reader = history.reader else { return .answered(.failure(Self.noLog)) }
+        if let refusal = Self.clusterRefusal(machine) { return .answered(.failure(refusal)) }
         let visible = machine.visibleLogOffset
         // A read shows every transition made before it (its connection's own acknowledged changes included), and
         // only once they are out: it waits for the log's commit, a millisecond or so.
-        let made = caughtUp.removeValue(forKey: key) ?? machine.core.logOffset
+        let made = caughtUp.removeValue(forKey: key) ?? machine.logOffset
         if visible < made {
             logWaiters.append((key, made))
             return .waitsForLog
@@ -253,10 +301,11 @@ final class StoreSide {
         now: BrokerTime
     ) -> ResumeStart {
         guard history?.reader != nil else { return .refused(Self.noResume) }
+        if let refusal = Self.clusterRefusal(machine) { return .refused(refusal) }
         let visible = machine.visibleLogOffset
         history?.beginResume(at: visible)
-        writeTransitions(from: &machine.core, now: now)
-        let made = caughtUp.removeValue(forKey: key) ?? machine.core.logOffset
+        writeTransitions(from: &machine, now: now)
+        let made = caughtUp.removeValue(forKey: key) ?? machine.logOffset
         let prepared: ResumeStart
         if let history, visible >= made {
             switch LogRead.prepareResume(
@@ -293,7 +342,7 @@ final class StoreSide {
         _ read: LogRead, _ rows: Result<LogRead.Rows, any Error>, machine: inout BrokerMachine, now: BrokerTime
     ) -> Result<[LogEntry], PresenceError> {
         guard case .resume(let topics, let after) = read.kind else { return .success([]) }
-        writeTransitions(from: &machine.core, now: now)
+        writeTransitions(from: &machine, now: now)
         let since = history?.resumed(
             after: read.position.offset, through: machine.visibleLogOffset, topics: topics)
         switch rows {

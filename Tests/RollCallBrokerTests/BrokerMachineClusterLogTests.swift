@@ -1,0 +1,91 @@
+import RollCallCluster
+import RollCallCore
+import RollCallWire
+import Testing
+
+@testable import RollCallBroker
+
+/// The presence log on a node of a cluster (docs/history.md, "On a cluster"): offsets and the epoch come from etcd,
+/// so that every node names the same transition alike; a snapshot in place of etcd's history is a hole the log
+/// refuses to continue across.
+@Suite("Broker machine: the presence log on a node of a cluster")
+struct BrokerMachineClusterLogTests {
+    static let incarnation = ClusterKeys.Incarnation(node: "n2", lease: 7)
+
+    /// A node whose view keeps the log, as LoopStart makes it for a node with a data directory.
+    static func node() -> Scripted {
+        var node = Scripted(cluster: true)
+        node.machine.withPublished { $0.startLog(after: 0) }
+        node.machine.logEpoch = nil
+        return node
+    }
+
+    static func session(_ id: String) -> ClusterKeys.SessionKey {
+        ClusterKeys.SessionKey(incarnation: incarnation, id: id)
+    }
+
+    static func value(_ user: String, _ status: Status, at time: Int64) -> String {
+        ClusterValues.encode(
+            PresenceCore.SessionDescription(user: user.id, status: status), at: BrokerTime(milliseconds: time))
+    }
+
+    /// Each change is numbered by its revision and its place in it; a user changed twice in one revision has one
+    /// entry (the revision's last record, which is what the node publishes), at the offset of the first change.
+    @Test func offsetsComeFromRevisionsAndPlaces() {
+        var node = Self.node()
+        node.machine.applyClusterChanges(
+            [
+                .sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40),
+                .sessionPut(Self.session("2"), value: Self.value("bob", .online, at: 10), revision: 40),
+                .sessionPut(Self.session("1"), value: Self.value("carol", .busy, at: 10), revision: 40),
+                .sessionPut(Self.session("2"), value: Self.value("bob", .away, at: 11), revision: 41),
+            ], now: node.now)
+        let (_, entries) = node.machine.takeLog()
+        let place = { (revision: Int64, ordinal: Int) in UInt64(revision) << 24 | UInt64(ordinal) }
+        #expect(entries.map(\.offset) == [place(40, 0), place(40, 1), place(41, 0)])
+        #expect(entries.map { "\($0.record.user) \($0.record.status)" } == ["carol busy", "bob online", "bob away"])
+        #expect(entries.allSatisfy { $0.record.offset == $0.offset })
+        let published = node.published()
+        #expect(published.map(\.offset) == [place(40, 1), place(40, 0), place(41, 0)])
+        #expect(node.machine.logOffset == place(41, 0))
+    }
+
+    /// The node keeps its log under the cluster's epoch, named by the `seq` base: asked for once, from offset 0; and
+    /// again, from the offsets handed out so far, after the writer started the log over under an epoch of its own.
+    @Test func theLogIsKeptUnderTheClustersEpoch() {
+        var node = Self.node()
+        node.machine.clusterNodeReads(acceptsSessions: true, seqBase: 0x1234)
+        let first = node.machine.takeLog().control
+        #expect(first.start == LogStart(epoch: "0000000000001234", floor: 0))
+        #expect(node.machine.logEpoch == "0000000000001234")
+        node.machine.clusterNodeReads(acceptsSessions: true, seqBase: 0x1234)
+        #expect(node.machine.takeLog().control.start == nil)
+
+        node.machine.applyClusterChanges(
+            [.sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40)], now: node.now)
+        node.machine.logEpoch = "a1b2c3d4e5f60718"  // the writer started the log over
+        node.machine.clusterNodeReads(acceptsSessions: true, seqBase: 0x1234)
+        #expect(node.machine.takeLog().control.start == LogStart(epoch: "0000000000001234", floor: 40 << 24))
+    }
+
+    /// A snapshot raises the floor over everything at or below its revision, keeps its own entries, and `ping`
+    /// reports the floor, from which a client continues.
+    @Test func aSnapshotIsAFloor() throws {
+        var node = Self.node()
+        node.machine.clusterNodeReads(acceptsSessions: true, seqBase: 0x1234)
+        _ = node.machine.takeLog()
+        node.machine.clusterReported(
+            [
+                .snapshot(revision: 90),
+                .changes([.sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 90)]),
+            ], acceptsSessions: true, seqBase: 0x1234, now: node.now)
+        let (control, entries) = node.machine.takeLog()
+        #expect(control.floor == LogFloor(through: 90 << 24 | 0xFF_FFFF, keepFrom: 90 << 24))
+        #expect(entries.map(\.offset) == [90 << 24])
+        guard case .success(.ping(let info)) = node.request(.ping) else {
+            Issue.record("no ping reply")
+            return
+        }
+        #expect(info.log == LogPosition(epoch: "0000000000001234", offset: 90 << 24 | 0xFF_FFFF))
+    }
+}
