@@ -95,6 +95,22 @@ public final class EtcdCluster: @unchecked Sendable {
         try start(index, initial: false)
     }
 
+    /// Compacts etcd's history up to its current revision (`etcdctl compact`): a watch or a read from an earlier
+    /// revision then fails as compacted. Returns that revision.
+    @discardableResult
+    public func compact() throws -> Int64 {
+        let endpoints = members.indices.filter { members[$0].process != nil }.map { members[$0].endpoint }
+            .joined(separator: ",")
+        let status = try Self.run(etcdctl, ["--endpoints", endpoints, "put", "/compact-probe", "x", "-w", "json"])
+        guard let data = status.data(using: .utf8),
+            let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let header = object["header"] as? [String: Any],
+            let revision = (header["revision"] as? NSNumber)?.int64Value
+        else { throw SupportError("etcdctl put printed no revision: \(status)") }
+        _ = try Self.run(etcdctl, ["--endpoints", endpoints, "compact", "\(revision)", "--physical"])
+        return revision
+    }
+
     /// The index of the member that is the raft leader now, as `etcdctl endpoint status` reports it from the
     /// running members; `nil` when none says it is.
     public func leader() -> Int? {

@@ -14,26 +14,29 @@ final class ClusterFixture {
     /// The key the fixture's own clients use, with CURVE.
     let credentials: CurveCredentials?
     private(set) var nodes: [BrokerProcess]
+    /// Where each node keeps its state, when the nodes have data directories (each its own, under one folder).
+    let dataRoot: URL?
+    /// Each node's arguments, to start it again (``restartNode(_:)``).
+    private var nodeArguments: [[String]] = []
 
     /// Starts etcd and one node per name; `members(i)` names the etcd members node `i` may talk to (all by
     /// default). Returns once every node is live.
     init(
         nodes names: [String] = ["a", "b", "c"], leaseMs: Int64 = 2_000, arguments: [String] = [],
-        credentials: CurveCredentials? = nil, members: (Int) -> [Int]? = { _ in nil }
+        credentials: CurveCredentials? = nil, dataDirectories: Bool = false, members: (Int) -> [Int]? = { _ in nil }
     ) throws {
         self.credentials = credentials
         etcd = try EtcdCluster(members: 3)
         self.leaseMs = leaseMs
         self.arguments = arguments
+        dataRoot =
+            dataDirectories
+            ? FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-cluster-\(UUID())") : nil
         nodes = []
         do {
             for (index, name) in names.enumerated() {
                 let chosen = members(index) ?? Array(etcd.members.indices)
-                let url = "etcd://" + chosen.map { etcd.members[$0].endpoint }.joined(separator: ",")
-                nodes.append(
-                    try BrokerProcess(
-                        executable: ChildProcess.rollcall,
-                        arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"] + arguments))
+                try start(name, members: chosen)
             }
             for index in nodes.indices { try waitForState(index, .live) }
         } catch {
@@ -47,6 +50,24 @@ final class ClusterFixture {
     func shutdown() {
         for node in nodes where node.isRunning { node.stop() }
         etcd.shutdown()
+        if let dataRoot { try? FileManager.default.removeItem(at: dataRoot) }
+    }
+
+    /// Starts node `name` on the etcd members `members`, with its own data directory if the nodes have them.
+    private func start(_ name: String, members: [Int]) throws {
+        let url = "etcd://" + members.map { etcd.members[$0].endpoint }.joined(separator: ",")
+        var given = ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"] + arguments
+        if let dataRoot { given += ["--data-dir", dataRoot.appendingPathComponent(name).path] }
+        nodes.append(try BrokerProcess(executable: ChildProcess.rollcall, arguments: given))
+        nodeArguments.append(given)
+    }
+
+    /// Stops node `index` (SIGTERM, or SIGKILL with `kill`) and starts it again with the same arguments (its data
+    /// directory included); returns once it is live.
+    func restartNode(_ index: Int, kill: Bool = false) throws {
+        if kill { nodes[index].kill() } else { nodes[index].stop() }
+        nodes[index] = try BrokerProcess(executable: ChildProcess.rollcall, arguments: nodeArguments[index])
+        try waitForState(index, .live)
     }
 
     func client(_ index: Int, timeoutMilliseconds: Int = 3_000) throws -> CommandClient {
@@ -56,11 +77,7 @@ final class ClusterFixture {
 
     /// Starts one more node, `name`, on every etcd member; returns its index once it is live.
     func startNode(_ name: String) throws -> Int {
-        let url = "etcd://" + etcd.members.map(\.endpoint).joined(separator: ",")
-        nodes.append(
-            try BrokerProcess(
-                executable: ChildProcess.rollcall,
-                arguments: ["--cluster", url, "--node-id", name, "--node-lease-ms", "\(leaseMs)"] + arguments))
+        try start(name, members: Array(etcd.members.indices))
         try waitForState(nodes.count - 1, .live)
         return nodes.count - 1
     }
