@@ -17,6 +17,8 @@ public struct ClusterBenchmark {
         /// Sessions on the node that is killed.
         public var doomedSessions = 1_000
         public var leaseMs = 2_000
+        /// Whether each node has a data directory, and so keeps the presence log (docs/history.md, "On a cluster").
+        public var nodesKeepLogs = false
 
         public init() {}
 
@@ -48,15 +50,17 @@ public struct ClusterBenchmark {
         let single = try BrokerProcess(executable: executable, arguments: [])
         defer { single.stop() }
         var nodes: [BrokerProcess] = []
-        defer { for node in nodes where node.isRunning { node.stop() } }
+        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("rollcall-bench-logs-\(UUID())")
+        defer {
+            for node in nodes where node.isRunning { node.stop() }
+            try? FileManager.default.removeItem(at: logs)
+        }
         for index in 0..<3 {
-            nodes.append(
-                try BrokerProcess(
-                    executable: executable,
-                    arguments: [
-                        "--cluster", etcd.clusterURL, "--node-id", "n\(index)", "--node-lease-ms",
-                        "\(parameters.leaseMs)",
-                    ]))
+            var arguments = [
+                "--cluster", etcd.clusterURL, "--node-id", "n\(index)", "--node-lease-ms", "\(parameters.leaseMs)",
+            ]
+            if parameters.nodesKeepLogs { arguments += ["--data-dir", logs.appendingPathComponent("n\(index)").path] }
+            nodes.append(try BrokerProcess(executable: executable, arguments: arguments))
         }
         for node in nodes { try waitUntilLive(node) }
         log("three nodes live")

@@ -16,10 +16,13 @@ struct ClusterBench: AsyncParsableCommand {
     @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
     @Option(help: "Changes in the burst (C2).") var changes = 20_000
     @Option(help: "Write the rows as JSON to this file.") var json: String?
+    @Flag(help: "Give each node a data directory, so that it keeps the presence log (docs/history.md).")
+    var logs = false
 
     func run() async throws {
         var parameters = smoke ? ClusterBenchmark.Parameters.smoke : ClusterBenchmark.Parameters()
         if !smoke { parameters.burstChanges = changes }
+        parameters.nodesKeepLogs = logs
         let rows = try ClusterBenchmark(executable: brokerExecutable(), parameters: parameters) { line in
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
         }.run()
