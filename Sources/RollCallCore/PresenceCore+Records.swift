@@ -95,10 +95,12 @@ extension PresenceCore {
         state.publishedSessions = visible
         // A second change of one stamp (a cluster's revision that changes the user twice, or a snapshot's load)
         // keeps the stamp's seq: the broker publishes the user's last record of a revision only.
-        let again = stamp?.seq == state.seq
         state.seq =
-            stamp.map { again ? $0.seq : max(state.seq + 1, $0.seq) }
+            stamp.map { $0.seq == state.seq ? $0.seq : max(state.seq + 1, $0.seq) }
             ?? nextSeq(after: state.seq, now: now)
+        // Decided by the log's own offsets, not by `seq`: a privacy choice of the same revision may have taken the
+        // seq without making an entry.
+        let again = stamp?.revisionOffsets?.contains(state.offset) ?? false
         if logsTransitions, !again {
             if let offset = stamp?.offset {
                 state.offset = stampedOffset(offset)

@@ -22,16 +22,23 @@ extension PresenceCore {
 
     /// When a change of the cluster's store happened, as every node sees it: the time the node that made it gave
     /// it (a record's `since` and `last_seen`), the `seq` its revision gives (a record's `seq`, at least), and, with
-    /// the presence log on, the offset its place in etcd's history gives (the same on every node: docs/history.md).
+    /// the presence log on, the offset its place in etcd's history gives (the same on every node: docs/history.md),
+    /// among the offsets of its revision's places.
     public struct Stamp: Sendable, Equatable {
         public var time: BrokerTime
         public var seq: UInt64
         public var offset: UInt64?
+        /// The offsets of every place of the change's revision: a user whose latest entry is among them was changed
+        /// earlier in the same revision, and keeps that entry (one revision, one record per user).
+        public var revisionOffsets: ClosedRange<UInt64>?
 
-        public init(time: BrokerTime, seq: UInt64, offset: UInt64? = nil) {
+        public init(
+            time: BrokerTime, seq: UInt64, offset: UInt64? = nil, revisionOffsets: ClosedRange<UInt64>? = nil
+        ) {
             self.time = time
             self.seq = seq
             self.offset = offset
+            self.revisionOffsets = revisionOffsets
         }
     }
 

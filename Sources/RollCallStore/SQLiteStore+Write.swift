@@ -53,11 +53,17 @@ extension SQLiteStore {
             arguments: [start.epoch, started, try storableInteger(start.floor, "a log floor", path: path)])
     }
 
-    /// Raises the log's floor: entries below `keepFrom` go, and cursors below `through` and times before `time` are
-    /// no longer told.
+    /// Raises the log's floor: entries below `keepFrom` go, but each user's latest (which still tells the user's
+    /// state at the floor, as trimming keeps it), and cursors below `through` and times before `time` are no longer
+    /// told.
     private static func raiseLogFloor(_ floor: LogFloor, time: BrokerTime, db: Database, path: String) throws {
         let keepFrom = try storableInteger(floor.keepFrom, "a log floor", path: path)
-        try db.execute(sql: "DELETE FROM log WHERE log_offset < ?", arguments: [keepFrom])
+        try db.execute(
+            sql: """
+                DELETE FROM log WHERE log_offset < ? AND EXISTS (
+                    SELECT 1 FROM log m WHERE m.user = log.user AND m.log_offset > log.log_offset AND m.log_offset < ?)
+                """,
+            arguments: [keepFrom, keepFrom])
         try db.execute(
             sql: """
                 UPDATE log_info SET trimmed_through = max(trimmed_through, ?), trimmed_before = max(trimmed_before, ?)

@@ -41,12 +41,12 @@ struct BrokerMachineClusterLogTests {
                 .sessionPut(Self.session("2"), value: Self.value("bob", .away, at: 11), revision: 41),
             ], now: node.now)
         let (_, entries) = node.machine.takeLog()
-        let place = { (revision: Int64, ordinal: Int) in UInt64(revision) << 24 | UInt64(ordinal) }
+        let place = { (revision: Int64, ordinal: Int) in UInt64(revision) << 20 | UInt64(ordinal) }
         #expect(entries.map(\.offset) == [place(40, 0), place(40, 1), place(41, 0)])
         #expect(entries.map { "\($0.record.user) \($0.record.status)" } == ["carol busy", "bob online", "bob away"])
         #expect(entries.allSatisfy { $0.record.offset == $0.offset })
         let published = node.published()
-        #expect(published.map(\.offset) == [place(40, 1), place(40, 0), place(41, 0)])
+        #expect(published.map(\.offset) == [place(40, 0), place(40, 1), place(41, 0)])
         #expect(node.machine.logOffset == place(41, 0))
     }
 
@@ -65,27 +65,71 @@ struct BrokerMachineClusterLogTests {
             [.sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40)], now: node.now)
         node.machine.logEpoch = "a1b2c3d4e5f60718"  // the writer started the log over
         node.machine.clusterNodeReads(acceptsSessions: true, seqBase: 0x1234)
-        #expect(node.machine.takeLog().control.start == LogStart(epoch: "0000000000001234", floor: 40 << 24))
+        #expect(node.machine.takeLog().control.start == LogStart(epoch: "0000000000001234", floor: 40 << 20 | 0xF_FFFF))
     }
 
-    /// A snapshot raises the floor over everything at or below its revision, keeps its own entries, and `ping`
-    /// reports the floor, from which a client continues.
+    /// A snapshot raises the floor over everything at or below its revision and keeps its own entries; `ping`
+    /// reports the end of the revision, from which a client continues; the snapshot's records go out without an
+    /// offset (a client holding part of them has no cursor another node could continue), later ones with theirs.
     @Test func aSnapshotIsAFloor() throws {
         var node = Self.node()
         node.machine.clusterNodeReads(acceptsSessions: true, seqBase: 0x1234)
         _ = node.machine.takeLog()
         node.machine.clusterReported(
             [
-                .snapshot(revision: 90),
-                .changes([.sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 90)]),
+                .snapshot(
+                    revision: 90,
+                    changes: [.sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 90)]
+                )
             ], acceptsSessions: true, seqBase: 0x1234, now: node.now)
         let (control, entries) = node.machine.takeLog()
-        #expect(control.floor == LogFloor(through: 90 << 24 | 0xFF_FFFF, keepFrom: 90 << 24))
-        #expect(entries.map(\.offset) == [90 << 24])
+        let end: UInt64 = 90 << 20 | 0xF_FFFF
+        #expect(control.floor == LogFloor(through: end, keepFrom: 90 << 20))
+        #expect(entries.map(\.offset) == [90 << 20])
+        var out: [BrokerMachine.Effect] = []
+        _ = node.machine.takeEffects(into: &out, logged: .max, monotonic: 0)
+        let published: [PresenceRecord] = out.compactMap { if case .publish(let record) = $0 { record } else { nil } }
+        #expect(published.map(\.user) == ["carol".id] && published.map(\.offset) == [nil])
         guard case .success(.ping(let info)) = node.request(.ping) else {
             Issue.record("no ping reply")
             return
         }
-        #expect(info.log == LogPosition(epoch: "0000000000001234", offset: 90 << 24 | 0xFF_FFFF))
+        #expect(info.log == LogPosition(epoch: "0000000000001234", offset: end))
+
+        node.machine.applyClusterChanges(
+            [.sessionPut(Self.session("1"), value: Self.value("carol", .busy, at: 11), revision: 91)], now: node.now)
+        _ = node.machine.takeEffects(into: &out, logged: .max, monotonic: 0)
+        let offsets: [UInt64?] = out.compactMap { if case .publish(let record) = $0 { record.offset } else { nil } }
+        #expect(offsets == [91 << 20])
+    }
+
+    /// A node's position is the end of the last revision it applied whole, whether or not that revision made an
+    /// entry: a cursor another node gave at that position is not "ahead" of this one.
+    @Test func thePositionIsTheLastRevisionApplied() throws {
+        var node = Self.node()
+        node.machine.clusterNodeReads(acceptsSessions: true, seqBase: 0x1234)
+        node.machine.applyClusterChanges(
+            [
+                .sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40),
+                .groupDeleted("nobody", revision: 41),
+            ], now: node.now)
+        #expect(node.machine.logOffset == 40 << 20)
+        #expect(node.machine.visibleLogOffset == 41 << 20 | 0xF_FFFF)
+    }
+
+    /// Publications of one revision go out in offset order, also when a user changed twice in it keeps the first
+    /// change's offset at the last change's place.
+    @Test func aRevisionsRecordsGoOutInOffsetOrder() {
+        var node = Self.node()
+        node.machine.applyClusterChanges(
+            [
+                .sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40),
+                .sessionPut(Self.session("2"), value: Self.value("bob", .online, at: 10), revision: 40),
+                .sessionPut(Self.session("1"), value: Self.value("carol", .busy, at: 10), revision: 40),
+            ], now: node.now)
+        let published = node.published()
+        #expect(published.map(\.user) == ["carol".id, "bob".id])
+        #expect(published.map(\.offset) == [40 << 20, 40 << 20 | 1])
+        #expect(published.first?.status == .busy)
     }
 }

@@ -17,7 +17,8 @@ final class NodeRecorder: Sendable {
         notifications.withLock { all in
             all.flatMap { entry -> [(at: ContinuousClock.Instant, change: ClusterReplica.Change)] in
                 switch entry.1 {
-                case .changes(let changes), .replayed(let changes): return changes.map { (entry.at, $0) }
+                case .changes(let changes), .replayed(let changes), .snapshot(_, let changes):
+                    return changes.map { (entry.at, $0) }
                 default: return []
                 }
             }

@@ -40,6 +40,30 @@ struct RemoteSessionTests {
         #expect(a.sessionCount == 0 && a.remoteSessionCount == 0)
     }
 
+    /// With the log on, a user's entries take the stamps' offsets: a second change of the user in one revision
+    /// replaces the first's entry, at the first's offset; a privacy choice earlier in a revision (which takes the
+    /// revision's seq and makes no entry) does not keep the change after it out of the log.
+    @Test func stampedOffsetsNameTheLogsEntries() {
+        var core = PresenceCore()
+        core.startLog(after: 0)
+        func stamp(_ revision: UInt64, _ place: UInt64) -> Stamp {
+            Stamp(
+                time: t0, seq: 1_000 + revision, offset: revision << 20 | place,
+                revisionOffsets: revision << 20...revision << 20 | 0xF_FFFF)
+        }
+        let id = SessionID("n1/1")
+        _ = core.putRemoteSession(id, Description(user: alice, status: .online), stamp: stamp(40, 0), now: t0)
+        _ = core.putRemoteSession(id, Description(user: alice, status: .busy), stamp: stamp(40, 1), now: t0)
+        #expect(core.takeTransitions().map { "\($0.offset) \($0.record.status)" } == ["\(40 << 20) busy"])
+        #expect(core.record(of: alice, now: t0).offset == 40 << 20)
+
+        core.setChoices(
+            alice, PrivacyChoices(policy: PrivacyPolicy(visibility: .contacts)), stamp: stamp(41, 0), now: t0)
+        _ = core.putRemoteSession(id, Description(user: alice, status: .away), stamp: stamp(41, 1), now: t0)
+        #expect(core.takeTransitions().map { "\($0.offset) \($0.record.status)" } == ["\(41 << 20 | 1) away"])
+        #expect(core.logOffset == 41 << 20 | 1)
+    }
+
     /// A remote session never times out, and no request can name it: only the store ends it.
     @Test func remoteSessionsHaveNoTTLAndCannotBeNamed() {
         var core = PresenceCore()

@@ -112,20 +112,32 @@ struct ClusterSide {
     /// with the revision, it names the change's transitions in the presence log.
     var ordinal = 0
 
+    /// Offsets through the last revision applied whole: the node's log holds every transition up to here
+    /// (``BrokerMachine/logPosition``), and a cursor from any node up to here continues on this one.
+    var logThrough: UInt64 = 0
+    /// The revision of the node's latest snapshot of etcd (0 before any): its log has a hole up to it, and records of
+    /// revisions up to it are published without an offset, which would be no cursor (docs/history.md).
+    var floorRevision: Int64 = 0
+
     /// How a change is stamped: at `time`, with the `seq` and the log offset its revision and ``ordinal`` give.
     func stamp(time: BrokerTime, revision: Int64) -> PresenceCore.Stamp {
         PresenceCore.Stamp(
-            time: time, seq: seq(at: revision), offset: Self.logOffset(revision: revision, ordinal: ordinal))
+            time: time, seq: seq(at: revision), offset: Self.logOffset(revision: revision, ordinal: ordinal),
+            revisionOffsets: Self.logOffset(
+                revision: revision, ordinal: 0)...Self.logOffset(
+                    revision: revision, ordinal: .max))
     }
 
     /// The bits of a cluster's log offset that number the changes of one revision (docs/history.md).
-    static let ordinalBits = 24
+    static let ordinalBits = 20
+    /// The highest revision an offset tells apart: SQLite's integers are signed, so offsets stay below 2^63.
+    static let maxRevision: Int64 = 1 << (63 - ordinalBits) - 1
 
     /// The log offset of the `ordinal`th change of `revision`: the same on every node, which sees the same changes in
     /// the same order, so that a client moving to another node continues from the offset it has. A revision past
-    /// 2^40 (a million years of writes at 30,000 a second) or a change past the 2^24th of one revision saturates.
+    /// 2^43 (278 years at 1,000 revisions a second) or a change past the 2^20th of one revision saturates.
     static func logOffset(revision: Int64, ordinal: Int) -> UInt64 {
-        let revision = UInt64(max(0, min(revision, 1 << (64 - ordinalBits) - 1)))
+        let revision = UInt64(max(0, min(revision, maxRevision)))
         return revision << ordinalBits | UInt64(max(0, min(ordinal, 1 << ordinalBits - 1)))
     }
 
@@ -197,8 +209,10 @@ extension BrokerMachine {
             case .changes(let changes):
                 publishReplayedRecords(now: now)
                 applyClusterChanges(changes, now: now)
-            case .snapshot(let revision):
+            case .snapshot(let revision, let changes):
+                publishReplayedRecords(now: now)
                 snapshotLoaded(at: revision)
+                applyClusterChanges(changes, now: now)
             case .replayed(let changes):
                 withCluster { $0.replaying = true }
                 let first = effects.count
@@ -224,19 +238,43 @@ extension BrokerMachine {
         let epoch = ClusterSide.logEpoch(seqBase: seqBase)
         guard logEpoch != epoch else { return }
         logEpoch = epoch
-        logControl.start = LogStart(epoch: epoch, floor: logOffset)
+        logControl.start = LogStart(epoch: epoch, floor: logPosition)
     }
 
     /// The node loaded a snapshot of etcd at `revision` rather than replaying its history: its log has a hole below
-    /// it, and the snapshot's own changes (at `revision`) are this node's alone. Cursors through `revision` are
-    /// refused, and the entries before it go; `ping` reports the floor, from which a client continues.
+    /// it, and the snapshot's own changes (at `revision`) are this node's alone, numbered apart from the other
+    /// nodes' changes of that revision. Cursors through `revision` are refused; the entries before it go, but each
+    /// user's latest; `ping` reports the end of `revision`, from which a client continues; and records up to it are
+    /// published without an offset (no cursor: ``takeEffects(into:logged:monotonic:)``).
     mutating func snapshotLoaded(at revision: Int64) {
         guard case .cluster = publishing, published.logsTransitions else { return }
         let floor = LogFloor(
             through: ClusterSide.logOffset(revision: revision, ordinal: .max),
             keepFrom: ClusterSide.logOffset(revision: revision, ordinal: 0))
         logControl.floor = floor.raised(to: logControl.floor)
-        withPublished { $0.startLog(after: floor.through) }
+        withCluster { side in
+            side.floorRevision = max(side.floorRevision, revision)
+            side.logThrough = max(side.logThrough, floor.through)
+        }
+    }
+
+    /// Publications of records at or below the latest snapshot's revision carry no offset: a client holding part of
+    /// a snapshot's records has no cursor another node could continue, and keeps the one it had.
+    mutating func hideOffsetsBelowFloor() {
+        guard let floor = withCluster({ $0.floorRevision }), floor > 0, !effects.isEmpty else { return }
+        let through = ClusterSide.logOffset(revision: floor, ordinal: .max)
+        for index in effects.indices {
+            switch effects[index] {
+            case .publish(var record) where record.offset.map({ $0 <= through }) == true:
+                record.offset = nil
+                effects[index] = .publish(record)
+            case .publishViews(var record) where record.offset.map({ $0 <= through }) == true:
+                record.offset = nil
+                effects[index] = .publishViews(record)
+            default:
+                break
+            }
+        }
     }
 
     /// The node's state changed; whether its standing, as clients see it, changed (the loop then sends the broker
@@ -321,6 +359,9 @@ extension BrokerMachine {
                 apply(change, now: now)
             }
             keepLastRecords(since: first)
+            withCluster { side in
+                side.logThrough = max(side.logThrough, ClusterSide.logOffset(revision: revision, ordinal: .max))
+            }
             start = end
         }
     }
@@ -345,7 +386,20 @@ extension BrokerMachine {
         for index in first..<effects.count where user(effects[index]).map({ last[$0] == index }) ?? true {
             kept.append(effects[index])
         }
+        // A user's last record keeps the offset of the user's first change: the records go out in offset order, so
+        // that a client's highest offset leaves nothing of the revision behind it.
+        let places = kept.indices.dropFirst(first).filter { user(kept[$0]) != nil }
+        let ordered = places.map { kept[$0] }.sorted { Self.logOrder($0) < Self.logOrder($1) }
+        for (place, effect) in zip(places, ordered) { kept[place] = effect }
         effects = kept
+    }
+
+    /// Where a publication falls in the log: its record's seq, then its offset.
+    static func logOrder(_ effect: Effect) -> (UInt64, UInt64) {
+        switch effect {
+        case .publish(let record), .publishViews(let record): (record.seq, record.offset ?? 0)
+        default: (0, 0)
+        }
     }
 
     /// Takes the records among the effects from `first` on out, keeping each user's last aside: a join's replay of
@@ -387,13 +441,7 @@ extension BrokerMachine {
                 return (side.replayedRecords, side.replayedViews, side.awaitingReplay)
             })
         else { return }
-        func seq(_ effect: Effect) -> UInt64 {
-            switch effect {
-            case .publish(let record), .publishViews(let record): record.seq
-            default: 0
-            }
-        }
-        effects += records.values.sorted { seq($0) < seq($1) }
+        effects += records.values.sorted { Self.logOrder($0) < Self.logOrder($1) }
         effects += views.keys.sorted().map { Effect.resendViews(views[$0]!) }
         for user in awaiting.sorted() where records[user] == nil {
             replay(.presence(user), now: now)

@@ -180,7 +180,9 @@ struct BrokerMachine {
                     BrokerInfo(
                         broker: configuration.brokerID, version: rollCallVersion, epoch: epoch, time: now,
                         testMode: configuration.testMode, cluster: publishing.standing,
-                        log: logEpoch.map { LogPosition(epoch: $0, offset: visibleLogOffset) })))
+                        // Not outside a node's window, where its log is not read (it may lag the cluster's).
+                        log: clusterRefusal == nil
+                            ? logEpoch.map { LogPosition(epoch: $0, offset: visibleLogOffset) } : nil)))
         case .advance:
             return .failure(PresenceError(.unknownOp, "unknown op 'advance'"))  // answered by `handle`
         case .queryAt, .history, .events:
@@ -276,6 +278,7 @@ struct BrokerMachine {
     /// presence log (``hold``), which has committed through `logged` (``UInt64/max`` while it cannot write), at
     /// `monotonic` (the loop's monotonic clock, in milliseconds). Whether there is any.
     mutating func takeEffects(into out: inout [Effect], logged: UInt64, monotonic: Int64) -> Bool {
+        hideOffsetsBelowFloor()
         out.removeAll(keepingCapacity: true)
         guard hold != nil else {
             swap(&out, &effects)
@@ -295,10 +298,18 @@ struct BrokerMachine {
 
     /// The latest offset of the presence log whose transition is out, or in the log: what `ping`, reads of the log
     /// and resumes go up to (PublicationHold.swift).
-    var visibleLogOffset: UInt64 { hold?.visible(logOffset: logOffset) ?? logOffset }
+    var visibleLogOffset: UInt64 { hold?.visible(logOffset: logPosition) ?? logPosition }
 
-    /// The latest offset handed out, by the core that publishes.
+    /// The latest offset handed out, by the core that publishes: what a read waits for, and what a publication that
+    /// shows no record of its own (a group message, a privacy view) waits for.
     var logOffset: UInt64 { published.logOffset }
+
+    /// How far the log is complete: on a node of a cluster, through the last revision it applied whole (which a
+    /// cursor from another node may name, and which a snapshot leaves it at), else ``logOffset``.
+    var logPosition: UInt64 {
+        guard case .cluster(let side) = publishing else { return logOffset }
+        return max(logOffset, side.logThrough)
+    }
 
     /// The transitions made since the last call, in offset order, by the core that publishes, with what the store is
     /// to do to the log along with them (``logControl``).

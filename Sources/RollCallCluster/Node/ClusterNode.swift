@@ -74,9 +74,9 @@ public final class ClusterNode: Sendable {
         /// of them (history its subscribers need not see again).
         case replayed([ClusterReplica.Change])
         /// The node read a snapshot of etcd at this revision rather than its history (a join whose history is
-        /// compacted or too long, or a compacted watch): the changes that follow at once are the snapshot's
-        /// differences from what the node had, and whatever happened in between is not among them.
-        case snapshot(revision: Int64)
+        /// compacted or too long, or a compacted watch): `changes` are the snapshot's differences from what the node
+        /// had, all at that revision, and whatever happened in between is not among them.
+        case snapshot(revision: Int64, changes: [ClusterReplica.Change])
         /// A write failed and was dropped (etcd refused it, or the node stopped).
         case writeFailed(Write, String)
     }
@@ -395,8 +395,7 @@ public final class ClusterNode: Sendable {
             let changes = replica.load(snapshot: snapshot.kvs, revision: snapshot.revision)
             let base = replica.seqBase
             node.shared.withLock { $0.seqBase = base }
-            node.notify(.snapshot(revision: snapshot.revision))
-            if !changes.isEmpty { node.notify(.changes(changes)) }
+            node.notify(.snapshot(revision: snapshot.revision, changes: changes))
             let target = node
             watch = client.watch(prefix: keys.prefix, from: snapshot.revision + 1) { update in
                 target.shared.withLock { $0.watchUpdates.append(update) }
