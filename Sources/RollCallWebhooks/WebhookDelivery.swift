@@ -100,8 +100,24 @@ public final class WebhookDelivery: Service, Sendable {
 
     private var isStopping: Bool { stopping.load(ordering: .acquiring) || Task.isCancelled }
 
-    /// One URL's loop: the machine's shell.
+    /// One URL's delivery: while the cursor store lets this broker deliver it (always, but on a cluster), from the
+    /// saved cursor; else a wait, once a second, whatever wakes the URL meanwhile.
     private func deliver(_ url: URLDelivery, client: HTTPClient) async {
+        while !isStopping {
+            while !isStopping, !cursors.mayDeliver(url.cursorKey) {
+                url.update { $0.delivering = false }
+                let until = ContinuousClock.now + .seconds(1)
+                while !isStopping, ContinuousClock.now < until { await url.wake.wait(until: until) }
+            }
+            guard !isStopping else { return }
+            url.update { $0.delivering = true }
+            await deliverWhileAllowed(url, client: client)
+        }
+    }
+
+    /// One URL's loop, the machine's shell, from the saved cursor until the cursor store stops letting this broker
+    /// deliver the URL (another node of a cluster took it over), or the stop.
+    private func deliverWhileAllowed(_ url: URLDelivery, client: HTTPClient) async {
         var logger = self.logger
         logger[metadataKey: "webhook_url"] = "\(url.url)"
         var policy = configuration.settings.policy
@@ -159,6 +175,10 @@ public final class WebhookDelivery: Service, Sendable {
                 let deadline = min(until ?? .now + poll, .now + poll)
                 await url.wake.wait(until: deadline)
             case .send(let batch, var save):
+                guard cursors.mayDeliver(url.cursorKey) else {
+                    logger.notice("webhook: another node delivers this URL now")
+                    return
+                }
                 // A batch sent for the first time: its retry window starts now, on the wall clock, across restarts.
                 if save?.unacknowledgedThrough != nil, save?.unacknowledgedSince == nil {
                     save?.unacknowledgedSince = unixSeconds()
@@ -327,6 +347,8 @@ extension WebhookDelivery {
         /// Failed attempts of the current batch.
         public var failures = 0
         public var lastError: String?
+        /// Whether this broker delivers the URL now (on a cluster, one node at a time does).
+        public var delivering = true
     }
 
     /// What a URL's task shares: its wake-up, its metrics and its state.

@@ -51,6 +51,15 @@ public protocol WebhookCursorStore: Sendable {
     /// The cursor saved for `url`, `nil` if none was (a URL configured for the first time).
     func cursor(for url: String) throws -> WebhookCursor?
     func save(_ cursor: WebhookCursor, for url: String) throws
+    /// Whether this broker delivers `url` now. A node of a cluster delivers a URL only while it holds the URL in etcd
+    /// (docs/webhooks.md, "On a cluster"): the others wait, and the one that takes the URL over starts from the
+    /// cursor the last one saved. Asked before each batch is sent, and once a second while it is `false`.
+    func mayDeliver(_ url: String) -> Bool
+}
+
+extension WebhookCursorStore {
+    /// A single broker delivers every URL.
+    public func mayDeliver(_ url: String) -> Bool { true }
 }
 
 /// Cursors kept in memory: a broker that keeps nothing (`--ephemeral`, test mode) and tests.

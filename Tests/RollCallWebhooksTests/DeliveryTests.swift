@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 import Testing
 
 @testable import RollCallWebhooks
@@ -12,7 +13,7 @@ import Testing
     /// Runs a delivery service for `urls` over `log` until `body` returns, then stops it gracefully and waits for
     /// it, whatever happens.
     static func withDelivery<T>(
-        urls: [String], log: ArrayLog, cursors: MemoryCursorStore, batchMax: Int = 100,
+        urls: [String], log: ArrayLog, cursors: any WebhookCursorStore, batchMax: Int = 100,
         timeoutMilliseconds: Int64 = 2_000,
         _ body: (WebhookDelivery) async throws -> T
     ) async throws -> T {
@@ -160,6 +161,36 @@ import Testing
         }
     }
 
+    /// A broker that may not deliver a URL (another node of a cluster holds it) sends nothing, asking again once a
+    /// second; once it may, it starts from the cursor the store holds then (the last holder's); and it stops before
+    /// its next batch once it may no longer.
+    @Test func deliversOnlyWhileTheStoreLetsIt() async throws {
+        let receiver = Receiver(secret: Self.secret)
+        let log = ArrayLog(1...5)
+        let cursors = GatedCursors()
+        try await receiver.serve { url in
+            cursors.save(WebhookCursor(acknowledged: 0), for: url)
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
+                try await waitUntil("asked twice", within: .seconds(10)) { cursors.asked.load(ordering: .relaxed) >= 2 }
+                #expect(receiver.deliveries.isEmpty)
+                #expect(delivery.states.first?.delivering == false)
+                cursors.save(WebhookCursor(acknowledged: 3), for: url)  // the last holder got through 3
+                cursors.allowed.store(true, ordering: .relaxed)
+                try await waitUntil("4 and 5 delivered", within: .seconds(10)) {
+                    receiver.acknowledgedOffsets == [4, 5]
+                }
+                cursors.allowed.store(false, ordering: .relaxed)
+                log.append(6...7)
+                delivery.notify()
+                try await waitUntil("the delivery given up", within: .seconds(10)) {
+                    delivery.states.first?.delivering == false
+                }
+            }
+        }
+        #expect(receiver.acknowledgedOffsets == [4, 5])
+        #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
+    }
+
     /// A graceful stop sends nothing new but lets the POST in flight finish: acknowledged, its cursor is saved.
     @Test func gracefulStopFinishesTheRequestInFlight() async throws {
         let receiver = Receiver(secret: Self.secret, delay: .milliseconds(400))
@@ -176,5 +207,20 @@ import Testing
             #expect(cursors.cursor(for: url) == WebhookCursor(acknowledged: 3))
             #expect(receiver.deliveries.count == 1, "nothing new after the shutdown began")
         }
+    }
+}
+
+/// Cursors in memory that let the delivery deliver only while ``allowed`` is set, counting the times it asked.
+final class GatedCursors: WebhookCursorStore {
+    let allowed = Atomic<Bool>(false)
+    let asked = Atomic<Int>(0)
+    private let store = MemoryCursorStore()
+
+    func cursor(for url: String) -> WebhookCursor? { store.cursor(for: url) }
+    func save(_ cursor: WebhookCursor, for url: String) { store.save(cursor, for: url) }
+
+    func mayDeliver(_ url: String) -> Bool {
+        asked.add(1, ordering: .relaxed)
+        return allowed.load(ordering: .relaxed)
     }
 }
