@@ -182,8 +182,8 @@ let package = Package(
         .target(
             name: "RollCallServer",
             dependencies: [
-                "RollCallBroker", "RollCallCore", "RollCallGateway", "RollCallOperations", "RollCallSecurity",
-                "RollCallStore", "RollCallWebhooks",
+                "RollCallBroker", "RollCallCluster", "RollCallCore", "RollCallGateway", "RollCallOperations",
+                "RollCallSecurity", "RollCallStore", "RollCallWebhooks",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -281,8 +281,8 @@ let package = Package(
         .testTarget(
             name: "RollCallIntegrationTests",
             dependencies: [
-                "RollCallBroker", "RollCallClient", "RollCallCore", "RollCallGateway", "RollCallOperations",
-                "RollCallSecurity", "RollCallServer", "RollCallStore", "RollCallTestSupport",
+                "RollCallBroker", "RollCallClient", "RollCallCluster", "RollCallCore", "RollCallGateway",
+                "RollCallOperations", "RollCallSecurity", "RollCallServer", "RollCallStore", "RollCallTestSupport",
                 "RollCallTestKit", "RollCallKit", "RollCallWebhooks", "RollCallWebSocketClient", "RollCallWire",
                 "ZeroMQ", "rollcall", "rollcall-bench", "rollcall-example-contacts",
                 .product(name: "DequeModule", package: "swift-collections"),

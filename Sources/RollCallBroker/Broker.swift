@@ -324,6 +324,13 @@ public final class Broker: Service, Sendable {
         }
     }
 
+    /// The node's incarnation (its name and its lease now) while it may serve, on a node of a cluster; `nil` outside
+    /// its window, before it joined, and on a single broker. Safe from any thread.
+    public var servingIncarnation: ClusterKeys.Incarnation? {
+        guard let clusterNode, clusterNode.acceptsSessions else { return nil }
+        return clusterNode.incarnation
+    }
+
     /// The node's name and standing, on a node of a cluster (`nil` on a single broker). Safe from any thread.
     public var cluster: ClusterStanding? {
         guard let clusterNode else { return nil }

@@ -53,7 +53,8 @@ public final class RollCallServer: Sendable {
         var services: [any Service] = []
         let webhooks = try configuration.webhooks.map {
             try wakeUp.start(
-                $0, broker: broker, writeInterval: configuration.broker.writeIntervalMilliseconds, logger: logger)
+                $0, broker: broker, cluster: configuration.broker.cluster,
+                writeInterval: configuration.broker.writeIntervalMilliseconds, logger: logger)
         }
         self.webhooks = webhooks
         if let settings = configuration.operations {

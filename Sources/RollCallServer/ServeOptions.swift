@@ -69,13 +69,13 @@ public struct ServeOptions: Sendable {
         }
         let configuration = ServerConfiguration(
             broker: c, operations: operations,
-            webhooks: try webhookConfiguration(cluster: c.cluster != nil, keepsLog: Self.keepsLog(c)))
+            webhooks: try webhookConfiguration(keepsLog: Self.keepsLog(c)))
         try configuration.validate()
         return configuration
     }
 
     /// The webhook settings checked and the secret read, or `nil` without a URL.
-    private func webhookConfiguration(cluster: Bool, keepsLog: Bool) throws(ConfigurationError)
+    private func webhookConfiguration(keepsLog: Bool) throws(ConfigurationError)
         -> WebhookConfiguration?
     {
         do {
@@ -89,11 +89,7 @@ public struct ServeOptions: Sendable {
             }
             return nil
         }
-        // One node per URL must deliver (an election in etcd), which is not built: every node would send everything.
-        guard !cluster else {
-            throw ConfigurationError("--webhook-url", "is not supported with --cluster yet (docs/webhooks.md)")
-        }
-        // Delivery reads the presence log, and keeps its cursors with it.
+        // Delivery reads the presence log, and keeps its cursors with it (on a cluster, in etcd).
         guard keepsLog else {
             throw ConfigurationError(
                 "--webhook-url",

@@ -24,7 +24,8 @@ final class WebhookWakeUp: Sendable {
     /// Makes the delivery for `configuration` over `broker`'s presence log, and wakes it from then on.
     /// `writeInterval` is the broker's `--write-interval-ms`: how late a transition may reach the log.
     func start(
-        _ configuration: WebhookConfiguration, broker: Broker, writeInterval: Int64, logger: Logger
+        _ configuration: WebhookConfiguration, broker: Broker, cluster: ClusterSettings?, writeInterval: Int64,
+        logger: Logger
     ) throws(ConfigurationError) -> WebhookDelivery {
         guard let log = broker.presenceLog else {
             throw ConfigurationError(
@@ -38,8 +39,13 @@ final class WebhookWakeUp: Sendable {
             testTime.withLock { $0 = max($0 ?? now, now) }
         }
         let sqlite = SQLiteWebhookLog(log: log)
+        // On a node of a cluster the cursors are the cluster's, in etcd, with one node delivering each URL.
+        let cursors: any WebhookCursorStore =
+            cluster.map { settings in
+                ClusterWebhookCursors(settings: settings) { [weak broker] in broker?.servingIncarnation }
+            } ?? sqlite
         let delivery = WebhookDelivery(
-            configuration: configuration, source: sqlite, cursors: sqlite, logger: logger,
+            configuration: configuration, source: sqlite, cursors: cursors, logger: logger,
             brokerNow: { [self] in brokerNow() },
             // A transition reaches the log within one write interval (and a write's time) of being made.
             offlineSettle: writeInterval + 1_000)

@@ -95,6 +95,15 @@ public final class EtcdCluster: @unchecked Sendable {
         try start(index, initial: false)
     }
 
+    /// The value of `key` now (`etcdctl get`), `nil` if it is absent.
+    public func value(of key: String) throws -> String? {
+        let endpoints = members.indices.filter { members[$0].process != nil }.map { members[$0].endpoint }
+            .joined(separator: ",")
+        let output = try Self.run(etcdctl, ["--endpoints", endpoints, "get", key, "--print-value-only"])
+        let value = output.hasSuffix("\n") ? String(output.dropLast()) : output
+        return value.isEmpty ? nil : value
+    }
+
     /// Compacts etcd's history up to its current revision (`etcdctl compact`): a watch or a read from an earlier
     /// revision then fails as compacted. Returns that revision.
     @discardableResult
