@@ -12,7 +12,8 @@ import RollCallWebhooks
 /// - `cursor/<url>`: the URL's ``WebhookCursor``, written only while the writer holds `owner/<url>` (one
 ///   transaction), so that a node that lost the URL cannot move it.
 ///
-/// Each call is one etcd round trip, on the delivery task's thread: a URL asks before each batch it sends.
+/// Each call is one etcd round trip (two to take a URL), on delivery's store queue: a URL asks before each batch it
+/// sends, and saves its cursor before and after.
 final class ClusterWebhookCursors: WebhookCursorStore {
     private let client: EtcdClient
     private let prefix: String
@@ -31,16 +32,20 @@ final class ClusterWebhookCursors: WebhookCursorStore {
     private func ownerKey(_ url: String) -> String { prefix + "owner/" + url }
     private func cursorKey(_ url: String) -> String { prefix + "cursor/" + url }
 
-    func mayDeliver(_ url: String) -> Bool {
-        guard let me = incarnation() else { return false }
+    /// The owner key's create revision while this node holds it (taking it if it is absent): a key taken anew
+    /// (over, or back after another node held it) has a new one.
+    func deliveryTerm(for url: String) -> UInt64? {
+        guard let me = incarnation() else { return nil }
         let owner = ownerKey(url)
         do {
+            if let held = try client.range(owner).kvs.first {
+                return held.value == me.description ? UInt64(max(0, held.createRevision)) : nil
+            }
             let taken = try client.txn(
                 compare: [.absent(owner)], success: [.put(key: owner, value: me.description, lease: me.lease)])
-            if taken.succeeded { return true }
-            return try client.range(owner).kvs.first?.value == me.description
+            return taken.succeeded ? UInt64(max(0, taken.revision)) : nil
         } catch {
-            return false  // etcd cannot say: deliver nothing rather than risk two nodes at once
+            return nil  // etcd cannot say: deliver nothing rather than risk two nodes at once
         }
     }
 
@@ -52,12 +57,20 @@ final class ClusterWebhookCursors: WebhookCursorStore {
         return cursor
     }
 
+    /// Saves `cursor` if this node still holds the URL; else, or if etcd cannot say, throws
+    /// ``WebhookDeliveryFenced``: a batch whose bounds were not saved is not sent (the next holder would not know
+    /// to send it again under the same id).
     func save(_ cursor: WebhookCursor, for url: String) throws {
-        guard let me = incarnation() else { throw ClusterWebhookError("this node is outside its window") }
-        let saved = try client.txn(
-            compare: [EtcdCompare(key: ownerKey(url), .equal, .value(me.description))],
-            success: [.put(key: cursorKey(url), value: Self.encode(cursor), lease: 0)])
-        guard saved.succeeded else { throw ClusterWebhookError("another node delivers \(url) now") }
+        guard let me = incarnation() else { throw WebhookDeliveryFenced("this node is outside its window") }
+        let saved: EtcdTxnResult
+        do {
+            saved = try client.txn(
+                compare: [EtcdCompare(key: ownerKey(url), .equal, .value(me.description))],
+                success: [.put(key: cursorKey(url), value: Self.encode(cursor), lease: 0)])
+        } catch {
+            throw WebhookDeliveryFenced("etcd did not take the cursor: \(error)")
+        }
+        guard saved.succeeded else { throw WebhookDeliveryFenced("another node delivers \(url) now") }
     }
 
     /// `acknowledged;unacknowledgedThrough;unacknowledgedSince`, the last two empty when absent.

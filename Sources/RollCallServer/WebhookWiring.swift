@@ -46,9 +46,11 @@ final class WebhookWakeUp: Sendable {
             } ?? sqlite
         let delivery = WebhookDelivery(
             configuration: configuration, source: sqlite, cursors: cursors, logger: logger,
-            brokerNow: { [self] in brokerNow() },
-            // A transition reaches the log within one write interval (and a write's time) of being made.
-            offlineSettle: writeInterval + 1_000)
+            brokerNow: { [weak self] in self?.brokerNow() ?? BrokerTime(milliseconds: 0) },
+            // A transition reaches the log within one write interval (and a write's time) of being made; on a
+            // cluster, after etcd and the watch too, which a node outside its window stops waiting for at a third of
+            // its lease, and a lost node's end after its stamp (a second at most).
+            offlineSettle: writeInterval + 1_000 + (cluster.map { $0.leaseMilliseconds / 3 + 1_000 } ?? 0))
         self.delivery.withLock { $0 = delivery }
         return delivery
     }

@@ -26,6 +26,9 @@ public final class WebhookDelivery: Service, Sendable {
     private let offlineSource: OfflineForSource?
     private let urls: [URLDelivery]
     private let stopping = Atomic<Bool>(false)
+    /// Where the cursor store's calls run: they block (SQLite, or etcd on a cluster, seconds while it is away), and
+    /// Swift Concurrency's two shared threads must not wait for them.
+    private let storeQueue = DispatchQueue(label: "rollcall-webhook-cursors")
 
     /// `unixSeconds` gives `webhook-timestamp` (the wall clock: receivers compare it with theirs, so it is not the
     /// broker's clock, which test mode moves); `jitter` gives each retry's jitter in 0...1. `brokerNow` is the
@@ -56,8 +59,9 @@ public final class WebhookDelivery: Service, Sendable {
                 + (offlineAfter.map { [URLDelivery(url: url, stream: .offlineFor(milliseconds: $0))] } ?? [])
         }
         // A URL configured for the first time starts at the newest entry as of now, before the broker runs, so that
-        // every transition after the start is delivered; a store that fails now is tried again by the URL's task.
-        for url in urls { _ = try? claimCursor(url) }
+        // every transition after the start is delivered; a store that fails now is tried again by the URL's task. A
+        // node of a cluster, which has not joined yet, claims it when it first takes the URL.
+        for url in urls where cursors.deliveryTerm(for: url.cursorKey) != nil { _ = try? claimCursor(url) }
     }
 
     /// New entries were committed to the log: every URL reads it now instead of at its next poll. Safe and cheap
@@ -103,21 +107,46 @@ public final class WebhookDelivery: Service, Sendable {
     /// One URL's delivery: while the cursor store lets this broker deliver it (always, but on a cluster), from the
     /// saved cursor; else a wait, once a second, whatever wakes the URL meanwhile.
     private func deliver(_ url: URLDelivery, client: HTTPClient) async {
+        var first = true
         while !isStopping {
-            while !isStopping, !cursors.mayDeliver(url.cursorKey) {
-                url.update { $0.delivering = false }
-                let until = ContinuousClock.now + .seconds(1)
-                while !isStopping, ContinuousClock.now < until { await url.wake.wait(until: until) }
+            // Not again at once after the URL was lost: a store that keeps refusing must not make a busy loop.
+            if !first { await pause(url) }
+            first = false
+            var term = await deliveryTerm(url)
+            while !isStopping, term == nil {
+                url.update {
+                    $0.delivering = false
+                    $0.pending = 0  // another node's to count
+                }
+                url.metrics.pending.record(0)
+                await pause(url)
+                term = await deliveryTerm(url)
             }
-            guard !isStopping else { return }
+            guard let term, !isStopping else { return }
             url.update { $0.delivering = true }
-            await deliverWhileAllowed(url, client: client)
+            await deliverWhileAllowed(url, term: term, client: client)
         }
+    }
+
+    /// A second, whatever wakes the URL meanwhile (but the stop).
+    private func pause(_ url: URLDelivery) async {
+        let until = ContinuousClock.now + .seconds(1)
+        while !isStopping, ContinuousClock.now < until { await url.wake.wait(until: until) }
+    }
+
+    /// ``WebhookCursorStore/deliveryTerm(for:)``, on the store's queue.
+    private func deliveryTerm(_ url: URLDelivery) async -> UInt64? {
+        await offStore { [cursors] in cursors.deliveryTerm(for: url.cursorKey) }
+    }
+
+    /// Runs a blocking call of the cursor store on its own queue.
+    private func offStore<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in storeQueue.async { continuation.resume(returning: body()) } }
     }
 
     /// One URL's loop, the machine's shell, from the saved cursor until the cursor store stops letting this broker
     /// deliver the URL (another node of a cluster took it over), or the stop.
-    private func deliverWhileAllowed(_ url: URLDelivery, client: HTTPClient) async {
+    private func deliverWhileAllowed(_ url: URLDelivery, term: UInt64, client: HTTPClient) async {
         var logger = self.logger
         logger[metadataKey: "webhook_url"] = "\(url.url)"
         var policy = configuration.settings.policy
@@ -175,20 +204,21 @@ public final class WebhookDelivery: Service, Sendable {
                 let deadline = min(until ?? .now + poll, .now + poll)
                 await url.wake.wait(until: deadline)
             case .send(let batch, var save):
-                guard cursors.mayDeliver(url.cursorKey) else {
-                    logger.notice("webhook: another node delivers this URL now")
+                // Taken over since (or lost and taken back): the cursor is the last holder's now.
+                guard await deliveryTerm(url) == term else {
+                    logger.notice("webhook: this node no longer delivers the URL as it did; starting from its cursor")
                     return
                 }
                 // A batch sent for the first time: its retry window starts now, on the wall clock, across restarts.
                 if save?.unacknowledgedThrough != nil, save?.unacknowledgedSince == nil {
                     save?.unacknowledgedSince = unixSeconds()
                 }
-                if let save { self.save(save, url, logger: logger) }
+                if let save, await !self.save(save, url, logger: logger) { return }
                 let result = await post(batch, to: url, client: client, logger: logger)
                 url.metrics.count(result)
                 if result == .ok {
                     let saved = machine.acknowledged(now: .now)
-                    self.save(saved, url, logger: logger)
+                    guard await self.save(saved, url, logger: logger) else { return }
                     url.update {
                         $0.acknowledged = saved.acknowledged
                         $0.deliveredBatches += 1
@@ -210,7 +240,7 @@ public final class WebhookDelivery: Service, Sendable {
                         ])
                 case .skipped(let skipped, let cursor):
                     url.metrics.count(.skipped)
-                    self.save(cursor, url, logger: logger)
+                    guard await self.save(cursor, url, logger: logger) else { return }
                     url.update {
                         $0.acknowledged = cursor.acknowledged
                         $0.skippedBatches += 1
@@ -260,8 +290,9 @@ public final class WebhookDelivery: Service, Sendable {
     /// first.
     private func startingCursor(_ url: URLDelivery, logger: Logger) async -> WebhookCursor? {
         while !isStopping {
+            let claimed = await offStore { [self] in Result { try claimCursor(url) } }
             do {
-                return try claimCursor(url)
+                return try claimed.get()
             } catch {
                 logger.warning("webhook: no cursor yet; retrying in 1 s", metadata: ["error": "\(error)"])
                 await url.wake.wait(until: .now + .seconds(1))
@@ -271,12 +302,18 @@ public final class WebhookDelivery: Service, Sendable {
     }
 
     /// Saves `cursor`; a failure is logged (the next save, or a restart from the older cursor, which sends some
-    /// events again, makes up for it: at least once).
-    private func save(_ cursor: WebhookCursor, _ url: URLDelivery, logger: Logger) {
-        do {
-            try cursors.save(cursor, for: url.cursorKey)
-        } catch {
+    /// events again, makes up for it: at least once). `false` if the store refused it because this broker no longer
+    /// delivers the URL (``WebhookDeliveryFenced``): the caller stops.
+    private func save(_ cursor: WebhookCursor, _ url: URLDelivery, logger: Logger) async -> Bool {
+        let saved = await offStore { [cursors] in Result { try cursors.save(cursor, for: url.cursorKey) } }
+        switch saved {
+        case .success: return true
+        case .failure(let fenced as WebhookDeliveryFenced):
+            logger.notice("webhook: this node no longer delivers the URL", metadata: ["reason": "\(fenced)"])
+            return false
+        case .failure(let error):
             logger.error("webhook: the cursor cannot be saved", metadata: ["error": "\(error)"])
+            return true
         }
     }
 

@@ -51,15 +51,24 @@ public protocol WebhookCursorStore: Sendable {
     /// The cursor saved for `url`, `nil` if none was (a URL configured for the first time).
     func cursor(for url: String) throws -> WebhookCursor?
     func save(_ cursor: WebhookCursor, for url: String) throws
-    /// Whether this broker delivers `url` now. A node of a cluster delivers a URL only while it holds the URL in etcd
-    /// (docs/webhooks.md, "On a cluster"): the others wait, and the one that takes the URL over starts from the
-    /// cursor the last one saved. Asked before each batch is sent, and once a second while it is `false`.
-    func mayDeliver(_ url: String) -> Bool
+    /// Whether this broker delivers `url` now: `nil` if not, else a number that changes each time it takes the URL
+    /// anew. A node of a cluster delivers a URL only while it holds the URL in etcd (docs/webhooks.md, "On a
+    /// cluster"): the others wait, and one that takes the URL (over, or back) starts from the cursor the last holder
+    /// saved. Asked before each batch is sent, and once a second while it is `nil`; a `save` that throws
+    /// ``WebhookDeliveryFenced`` before a batch keeps the batch from being sent.
+    func deliveryTerm(for url: String) -> UInt64?
 }
 
 extension WebhookCursorStore {
-    /// A single broker delivers every URL.
-    public func mayDeliver(_ url: String) -> Bool { true }
+    /// A single broker delivers every URL, all along.
+    public func deliveryTerm(for url: String) -> UInt64? { 0 }
+}
+
+/// A cursor store's answer to a save by a broker that no longer delivers the URL (another node of a cluster holds
+/// it): the batch is not sent, and delivery starts again from the holder's cursor once this broker holds the URL.
+public struct WebhookDeliveryFenced: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Cursors kept in memory: a broker that keeps nothing (`--ephemeral`, test mode) and tests.

@@ -40,21 +40,21 @@ extension Integration {
             let url = "http://127.0.0.1:9/hook"
             let a = try store("a")
             let b = try store("b")
-            #expect(a.mayDeliver(url))
-            #expect(!b.mayDeliver(url))
-            #expect(a.mayDeliver(url), "asking again keeps it")
+            let term = try #require(a.deliveryTerm(for: url))
+            #expect(b.deliveryTerm(for: url) == nil)
+            #expect(a.deliveryTerm(for: url) == term, "asking again keeps it")
             try a.save(WebhookCursor(acknowledged: 7, unacknowledgedThrough: 9, unacknowledgedSince: 1_700), for: url)
-            #expect(throws: ClusterWebhookError.self) { try b.save(WebhookCursor(acknowledged: 99), for: url) }
+            #expect(throws: WebhookDeliveryFenced.self) { try b.save(WebhookCursor(acknowledged: 99), for: url) }
             #expect(
                 try b.cursor(for: url)
                     == WebhookCursor(acknowledged: 7, unacknowledgedThrough: 9, unacknowledgedSince: 1_700))
 
             let held = try #require(serving.withLock { $0["a"] ?? nil })
             serving.withLock { $0["a"] = .some(nil) }  // cut off: it delivers nothing, and saves nothing
-            #expect(!a.mayDeliver(url))
-            #expect(throws: ClusterWebhookError.self) { try a.save(WebhookCursor(acknowledged: 8), for: url) }
+            #expect(a.deliveryTerm(for: url) == nil)
+            #expect(throws: WebhookDeliveryFenced.self) { try a.save(WebhookCursor(acknowledged: 8), for: url) }
             try client.revoke(lease: held.lease)  // its lease ran out
-            #expect(b.mayDeliver(url))
+            #expect(b.deliveryTerm(for: url).map { $0 != term } == true)
             #expect(try b.cursor(for: url)?.acknowledged == 7)
             try b.save(WebhookCursor(acknowledged: 9), for: url)
             #expect(try a.cursor(for: url) == WebhookCursor(acknowledged: 9))

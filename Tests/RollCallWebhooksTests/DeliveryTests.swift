@@ -169,12 +169,12 @@ import Testing
         let log = ArrayLog(1...5)
         let cursors = GatedCursors()
         try await receiver.serve { url in
-            cursors.save(WebhookCursor(acknowledged: 0), for: url)
+            cursors.set(WebhookCursor(acknowledged: 0), for: url)
             try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
                 try await waitUntil("asked twice", within: .seconds(10)) { cursors.asked.load(ordering: .relaxed) >= 2 }
                 #expect(receiver.deliveries.isEmpty)
                 #expect(delivery.states.first?.delivering == false)
-                cursors.save(WebhookCursor(acknowledged: 3), for: url)  // the last holder got through 3
+                cursors.set(WebhookCursor(acknowledged: 3), for: url)  // the last holder got through 3
                 cursors.allowed.store(true, ordering: .relaxed)
                 try await waitUntil("4 and 5 delivered", within: .seconds(10)) {
                     receiver.acknowledgedOffsets == [4, 5]
@@ -189,6 +189,39 @@ import Testing
         }
         #expect(receiver.acknowledgedOffsets == [4, 5])
         #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
+    }
+
+    /// A broker that took a URL anew (a new term: it lost it, and another holder went on meanwhile) starts from the
+    /// cursor the store holds then, not from where it was; a batch whose bounds the store refuses as fenced is not
+    /// sent.
+    @Test func aNewTermStartsFromTheStoresCursorAndAFencedBatchIsNotSent() async throws {
+        let receiver = Receiver(secret: Self.secret)
+        let log = ArrayLog(1...3)
+        let cursors = GatedCursors()
+        cursors.allowed.store(true, ordering: .relaxed)
+        try await receiver.serve { url in
+            cursors.set(WebhookCursor(acknowledged: 0), for: url)
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
+                try await waitUntil("1 to 3 delivered", within: .seconds(10)) {
+                    receiver.acknowledgedOffsets.count == 3
+                }
+                cursors.term.store(2, ordering: .relaxed)
+                cursors.set(WebhookCursor(acknowledged: 10), for: url)  // the other holder went through 10
+                log.append(4...12)
+                delivery.notify()
+                try await waitUntil("11 and 12 delivered", within: .seconds(10)) {
+                    receiver.acknowledgedOffsets.last == 12
+                }
+                cursors.fenced.store(true, ordering: .relaxed)
+                log.append(13...13)
+                delivery.notify()
+                try await waitUntil("a fenced save", within: .seconds(10)) {
+                    cursors.fencedSaves.load(ordering: .relaxed) >= 1
+                }
+            }
+        }
+        #expect(receiver.acknowledgedOffsets == [1, 2, 3, 11, 12])
+        #expect(receiver.deliveries.count == 2)
     }
 
     /// A graceful stop sends nothing new but lets the POST in flight finish: acknowledged, its cursor is saved.
@@ -210,17 +243,31 @@ import Testing
     }
 }
 
-/// Cursors in memory that let the delivery deliver only while ``allowed`` is set, counting the times it asked.
+/// Cursors in memory that let the delivery deliver only while ``allowed`` is set, in ``term``, counting the times it
+/// asked; while ``fenced`` is set, every save is refused as fenced (and counted).
 final class GatedCursors: WebhookCursorStore {
     let allowed = Atomic<Bool>(false)
+    let term = Atomic<UInt64>(1)
     let asked = Atomic<Int>(0)
+    let fenced = Atomic<Bool>(false)
+    let fencedSaves = Atomic<Int>(0)
     private let store = MemoryCursorStore()
 
     func cursor(for url: String) -> WebhookCursor? { store.cursor(for: url) }
-    func save(_ cursor: WebhookCursor, for url: String) { store.save(cursor, for: url) }
 
-    func mayDeliver(_ url: String) -> Bool {
+    func save(_ cursor: WebhookCursor, for url: String) throws {
+        if fenced.load(ordering: .relaxed) {
+            fencedSaves.add(1, ordering: .relaxed)
+            throw WebhookDeliveryFenced("fenced in the test")
+        }
+        store.save(cursor, for: url)
+    }
+
+    /// Sets the cursor as another holder would (no fence).
+    func set(_ cursor: WebhookCursor, for url: String) { store.save(cursor, for: url) }
+
+    func deliveryTerm(for url: String) -> UInt64? {
         asked.add(1, ordering: .relaxed)
-        return allowed.load(ordering: .relaxed)
+        return allowed.load(ordering: .relaxed) ? term.load(ordering: .relaxed) : nil
     }
 }
