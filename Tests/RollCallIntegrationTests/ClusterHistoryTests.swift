@@ -29,18 +29,6 @@ extension Integration {
             }
         }
 
-        /// The error code a call was refused with; `nil` if it succeeded or failed otherwise.
-        func rejection<T>(_ call: () throws -> T) -> ErrorCode? {
-            do {
-                _ = try call()
-                return nil
-            } catch ClientError.rejected(let error) {
-                return error.code
-            } catch {
-                return nil
-            }
-        }
-
         /// Changes made on two nodes are logged by both at the same offsets, under one epoch; a reader continues on
         /// node b from an offset node a gave it; a node started later (which replays etcd's history) logs the same;
         /// a node killed with SIGKILL and started again on its data directory still has them, and logs the next

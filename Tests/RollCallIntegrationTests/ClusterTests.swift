@@ -158,18 +158,6 @@ extension Integration {
         let bob = UserID(validating: "bob")!
         let carol = UserID(validating: "carol")!
 
-        /// The error code a call was refused with; `nil` if it succeeded or failed otherwise.
-        func rejection<T>(_ call: () throws -> T) -> ErrorCode? {
-            do {
-                _ = try call()
-                return nil
-            } catch ClientError.rejected(let error) {
-                return error.code
-            } catch {
-                return nil
-            }
-        }
-
         func hello(_ user: UserID, _ status: Status = .online) -> PresenceCore.Hello {
             // A long TTL: these clients do not heartbeat.
             PresenceCore.Hello(user: user, status: status, ttlMilliseconds: 600_000)

@@ -100,7 +100,7 @@ extension Integration {
             _ = try client.call(.advance(milliseconds: 120_000))
             try client.setStatus(alice, .away)
             try await waitFor(seconds: 10) {
-                rejectionCode { try client.events(after: 0) } == .snapshotRequired
+                rejection { try client.events(after: 0) } == .snapshotRequired
             }
             #expect(rejection { try client.query(["alice".id], at: start + 500) } == .snapshotRequired)
             let now = try client.ping().time
@@ -290,22 +290,6 @@ extension Integration {
             }
             #expect(try client.query(["alice".id])["alice".id]?.status == .online)
         }
-    }
-}
-
-/// The error code a call was refused with, or nil if it succeeded.
-private func rejection<T>(_ body: () throws -> T) -> ErrorCode? {
-    rejectionCode(body)
-}
-
-private func rejectionCode<T>(_ body: () throws -> T) -> ErrorCode? {
-    do {
-        _ = try body()
-        return nil
-    } catch ClientError.rejected(let error) {
-        return error.code
-    } catch {
-        return nil
     }
 }
 

@@ -321,9 +321,9 @@ extension Integration {
 }
 
 /// The error code a call was refused with, or `nil` if it succeeded or failed otherwise.
-func rejection(of call: () throws -> Void) -> ErrorCode? {
+func rejection<T>(_ call: () throws -> T) -> ErrorCode? {
     do {
-        try call()
+        _ = try call()
         return nil
     } catch let ClientError.rejected(error) {
         return error.code
@@ -331,6 +331,9 @@ func rejection(of call: () throws -> Void) -> ErrorCode? {
         return nil
     }
 }
+
+/// ``rejection(_:)`` of a call that returns nothing.
+func rejection(of call: () throws -> Void) -> ErrorCode? { rejection(call) }
 
 extension Integration {
     @Suite("Security: the rollcall serve process")
