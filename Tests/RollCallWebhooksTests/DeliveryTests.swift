@@ -205,6 +205,8 @@ import Testing
                 try await waitUntil("1 to 3 delivered", within: .seconds(10)) {
                     receiver.acknowledgedOffsets.count == 3
                 }
+                // Its own save of 3 first: the other holder's cursor must come after it.
+                try await waitUntil("3 saved", within: .seconds(10)) { cursors.cursor(for: url)?.acknowledged == 3 }
                 cursors.term.store(2, ordering: .relaxed)
                 cursors.set(WebhookCursor(acknowledged: 10), for: url)  // the other holder went through 10
                 log.append(4...12)
