@@ -115,17 +115,20 @@ struct ClusterSide {
     /// Offsets through the last revision applied whole: the node's log holds every transition up to here
     /// (``BrokerMachine/logPosition``), and a cursor from any node up to here continues on this one.
     var logThrough: UInt64 = 0
-    /// The revision of the node's latest snapshot of etcd (0 before any): its log has a hole up to it, and records of
-    /// revisions up to it are published without an offset, which would be no cursor (docs/history.md).
-    var floorRevision: Int64 = 0
+    /// The end of the revision of the node's latest snapshot of etcd (0 before any): its log has a hole up to it, and
+    /// records up to it are published without an offset, which would be no cursor (docs/history.md).
+    var floorThrough: UInt64 = 0
 
     /// How a change is stamped: at `time`, with the `seq` and the log offset its revision and ``ordinal`` give.
     func stamp(time: BrokerTime, revision: Int64) -> PresenceCore.Stamp {
         PresenceCore.Stamp(
             time: time, seq: seq(at: revision), offset: Self.logOffset(revision: revision, ordinal: ordinal),
-            revisionOffsets: Self.logOffset(
-                revision: revision, ordinal: 0)...Self.logOffset(
-                    revision: revision, ordinal: .max))
+            revisionOffsets: Self.logOffsets(of: revision))
+    }
+
+    /// The offsets of every place of `revision`.
+    static func logOffsets(of revision: Int64) -> ClosedRange<UInt64> {
+        logOffset(revision: revision, ordinal: 0)...logOffset(revision: revision, ordinal: .max)
     }
 
     /// The bits of a cluster's log offset that number the changes of one revision (docs/history.md).
@@ -248,12 +251,11 @@ extension BrokerMachine {
     /// published without an offset (no cursor: ``takeEffects(into:logged:monotonic:)``).
     mutating func snapshotLoaded(at revision: Int64) {
         guard case .cluster = publishing, published.logsTransitions else { return }
-        let floor = LogFloor(
-            through: ClusterSide.logOffset(revision: revision, ordinal: .max),
-            keepFrom: ClusterSide.logOffset(revision: revision, ordinal: 0))
+        let places = ClusterSide.logOffsets(of: revision)
+        let floor = LogFloor(through: places.upperBound, keepFrom: places.lowerBound)
         logControl.floor = floor.raised(to: logControl.floor)
         withCluster { side in
-            side.floorRevision = max(side.floorRevision, revision)
+            side.floorThrough = max(side.floorThrough, floor.through)
             side.logThrough = max(side.logThrough, floor.through)
         }
     }
@@ -261,8 +263,7 @@ extension BrokerMachine {
     /// Publications of records at or below the latest snapshot's revision carry no offset: a client holding part of
     /// a snapshot's records has no cursor another node could continue, and keeps the one it had.
     mutating func hideOffsetsBelowFloor() {
-        guard let floor = withCluster({ $0.floorRevision }), floor > 0, !effects.isEmpty else { return }
-        let through = ClusterSide.logOffset(revision: floor, ordinal: .max)
+        guard !effects.isEmpty, let through = withCluster({ $0.floorThrough }), through > 0 else { return }
         for index in effects.indices {
             switch effects[index] {
             case .publish(var record) where record.offset.map({ $0 <= through }) == true:
@@ -360,7 +361,7 @@ extension BrokerMachine {
             }
             keepLastRecords(since: first)
             withCluster { side in
-                side.logThrough = max(side.logThrough, ClusterSide.logOffset(revision: revision, ordinal: .max))
+                side.logThrough = max(side.logThrough, ClusterSide.logOffsets(of: revision).upperBound)
             }
             start = end
         }
