@@ -32,6 +32,10 @@ extension EventLoop {
                 case .publishViews(let record): publish(record, replay: true)
                 case .resendViews(let before):
                     webSockets.resendViews(since: before, core: machine.published, now: clock.now())
+                    if !updates.viewers.isEmpty {
+                        publishCopies(
+                            updates.viewers.changedViews(since: before, in: machine.published, now: clock.now()))
+                    }
                 case .answer(let ticket, let result): answerAwaited(ticket, result)
                 }
             }
@@ -39,17 +43,43 @@ extension EventLoop {
         }
     }
 
-    /// Sends a record to its user's topic. A user with privacy settings goes on the update socket as for everyone
-    /// (ZeroMQ subscriptions are not filtered, a known weakness) and to each WebSocket subscriber as it may see it.
+    /// Sends a record to its user's topic. A user with privacy settings goes on the update socket's truth topic, which
+    /// only readers, operators and open access hold, to each `user` key following it as its viewer may see it, and to
+    /// each WebSocket subscriber likewise; a user without goes once for all (on `presence/<user>/*/` while `user` keys
+    /// follow it: Machine/UpdateViewers.swift).
     func publish(_ record: PresenceRecord, replay: Bool) {
-        let topic = Topic.presence(record.user).bytes
-        if replay || machine.restricts(record.user) {
-            publish(topic, .bytes(Codec.encodeRecord(record)), toWebSockets: false)
+        let restricted = machine.restricts(record.user)
+        let body = PendingPublications.Body.bytes(Codec.encodeRecord(record))
+        let forEveryone =
+            !updates.viewers.isEmpty && updates.viewers.publishesForEveryone(record.user, in: machine.published)
+        let onUpdates = forEveryone ? Topic.presenceForEveryone(record.user) : nil
+        if replay || restricted {
+            publish(Topic.presence(record.user).bytes, body, toWebSockets: false, onUpdates: onUpdates)
             webSockets.deliverViews(of: record, replay: replay, core: machine.published, now: clock.now())
         } else {
-            publish(topic, .bytes(Codec.encodeRecord(record)))
+            publish(Topic.presence(record.user).bytes, body, onUpdates: onUpdates)
+        }
+        if restricted, !updates.viewers.isEmpty {
+            publishCopies(updates.viewers.copies(of: record, replay: replay, in: machine.published, now: clock.now()))
         }
         updates.remember(record)
+    }
+
+    /// Sends each viewer's copy of a user's record to the viewer's own topic on the update socket; views alike are
+    /// encoded once.
+    func publishCopies(_ copies: [(UserID, PresenceRecord)]) {
+        var encoded: [(PresenceRecord, [UInt8])] = []
+        for (viewer, record) in copies {
+            let bytes =
+                encoded.first { $0.0 == record }?.1
+                ?? {
+                    let bytes = Codec.encodeRecord(record)
+                    encoded.append((record, bytes))
+                    return bytes
+                }()
+            updates.publish(
+                Topic.presence(record.user, viewer: viewer), .bytes(bytes), now: clock.now(), heartbeat: heartbeatBody)
+        }
     }
 
     /// Sends a group message, split into parts of at most ``BrokerConfiguration/maxGroupMessageBytes`` when its
@@ -67,13 +97,15 @@ extension EventLoop {
         }
     }
 
-    /// Sends a message on the update socket and, unless they get their own views, to the WebSocket subscribers of its
-    /// topic.
-    func publish(_ topic: [UInt8], _ body: PendingPublications.Body, toWebSockets: Bool = true) {
+    /// Sends a message on the update socket (on `onUpdates` when given) and, unless they get their own views, to the
+    /// WebSocket subscribers of its topic.
+    func publish(
+        _ topic: [UInt8], _ body: PendingPublications.Body, toWebSockets: Bool = true, onUpdates: [UInt8]? = nil
+    ) {
         if toWebSockets, webSockets.hasSubscribers {
             webSockets.deliverPublished(topic) { updates.bytes(of: body, heartbeatBody) }
         }
-        updates.publish(topic, body, now: clock.now(), heartbeat: heartbeatBody)
+        updates.publish(onUpdates ?? topic, body, now: clock.now(), heartbeat: heartbeatBody)
     }
 
     /// The broker heartbeat's body as it leaves (``BrokerMachine/heartbeat(now:dropped:)``).

@@ -7,10 +7,14 @@ public final class PresenceSubscriber {
     public let endpoint: String
     private let context: Context
     private let socket: Socket
+    /// The user a `user` key is bound to: ``next(timeout:)`` drops copies of records addressed to other viewers.
+    public let viewer: UserID?
 
-    /// Connects to `endpoint`, with CURVE when given `credentials`.
-    public init(endpoint: String, credentials: CurveCredentials? = nil) throws {
+    /// Connects to `endpoint`, with CURVE when given `credentials`; `viewer` is the user a `user` key is bound to
+    /// (protocol §8.2).
+    public init(endpoint: String, credentials: CurveCredentials? = nil, viewer: UserID? = nil) throws {
         self.endpoint = endpoint
+        self.viewer = viewer
         context = try Context()
         socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
@@ -44,13 +48,15 @@ public final class PresenceSubscriber {
     }
 
     /// The next record, or `nil` if none arrives within `timeout` milliseconds. Messages that are not records
-    /// (of other topics, or malformed) are skipped.
+    /// (of other topics, another viewer's copies, or malformed) are skipped.
     public func next(timeout milliseconds: Int) throws -> PresenceRecord? {
         let deadline = Deadline(milliseconds: milliseconds)
         var poller = Poller([socket])
         while true {
             while let (frames, _) = try socket.receiveMessage() {
-                guard frames.count == 2, let record = try? Codec.decodeRecord(frames[1].bytes) else { continue }
+                guard frames.count == 2, PresenceTopic(frames[0].bytes)?.isFor(viewer) == true,
+                    let record = try? Codec.decodeRecord(frames[1].bytes)
+                else { continue }
                 return record
             }
             guard let remaining = deadline.remaining, try poller.poll(timeout: remaining)[0] else { return nil }

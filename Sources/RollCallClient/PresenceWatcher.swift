@@ -66,16 +66,20 @@ public final class PresenceWatcher: Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let commandEndpoint: String?
     private let credentials: CurveCredentials?
+    /// The user the key is bound to, for a `user` key: copies of records addressed to other viewers are dropped.
+    private let viewer: UserID?
 
     /// A watcher of the update endpoint `endpoint`, with CURVE when given `credentials`. With `commandEndpoint`, it
-    /// also `query`s the users it has seen
-    /// when it resynchronises, which covers users followed through ``observeAll(_:)``.
+    /// also `query`s the users it has seen when it resynchronises, which covers users followed through
+    /// ``observeAll(_:)``. `viewer` is the user a `user` key is bound to: the records of users with privacy settings
+    /// come to it on its own copy of their topics (protocol §8.2); without it they are dropped as another viewer's.
     public init(
         endpoint: String, commandEndpoint: String? = nil, credentials: CurveCredentials? = nil,
-        context: Context? = nil
+        viewer: UserID? = nil, context: Context? = nil
     ) throws {
         self.commandEndpoint = commandEndpoint
         self.credentials = credentials
+        self.viewer = viewer
         let context = try context ?? .shared()
         let socket = try Socket(context, .sub)
         try socket.set(.linger(milliseconds: 0))
@@ -204,7 +208,9 @@ public final class PresenceWatcher: Sendable {
                 } else if topic.hasPrefix(Topic.groupPrefix) {
                     guard let update = try? Codec.decodeGroupUpdate(frames[1].bytes) else { continue }
                     perform(machine.group(update, now: clock()), socket, &machine)
-                } else if let record = try? Codec.decodeRecord(frames[1].bytes) {
+                } else if PresenceTopic(frames[0].bytes)?.isFor(viewer) == true,
+                    let record = try? Codec.decodeRecord(frames[1].bytes)
+                {
                     perform(machine.record(record, now: clock()), socket, &machine)
                 }
             }

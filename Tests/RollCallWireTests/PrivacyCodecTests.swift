@@ -70,3 +70,30 @@ struct PrivacyCodecTests {
         #expect(String(decoding: count, as: UTF8.self) == #"{"ok":true,"blocks":3}"#)
     }
 }
+
+/// Presence topics as a subscriber reads them (protocol §8.2): whose records, and for whom.
+@Suite("Presence topics and their audience")
+struct PresenceTopicTests {
+    @Test func readsTheThreeForms() {
+        let truth = PresenceTopic(Array("presence/alice/".utf8))
+        #expect(truth == PresenceTopic(user: "alice".id, audience: .truth))
+        let everyone = PresenceTopic(Topic.presenceForEveryone("alice".id))
+        #expect(everyone == PresenceTopic(user: "alice".id, audience: .everyone))
+        let copy = PresenceTopic(Topic.presence("alice".id, viewer: "bob".id))
+        #expect(copy == PresenceTopic(user: "alice".id, audience: .viewer("bob".id)))
+        for other in ["presence/", "presence/alice", "presence/alice//", "presence/a/b/c/", "group/t/", "presence/a%/"]
+        {
+            #expect(PresenceTopic(Array(other.utf8)) == nil, "\(other)")
+        }
+    }
+
+    /// A viewer's copy is for that viewer only; the truth and the records for everyone are for all who receive them.
+    @Test func aCopyIsForItsViewerOnly() throws {
+        let copy = try #require(PresenceTopic(Topic.presence("alice".id, viewer: "bob".id)))
+        #expect(copy.isFor("bob".id) && !copy.isFor("zoe".id) && !copy.isFor(nil))
+        for topic in [Array("presence/alice/".utf8), Topic.presenceForEveryone("alice".id)] {
+            let read = try #require(PresenceTopic(topic))
+            #expect(read.isFor("bob".id) && read.isFor(nil))
+        }
+    }
+}

@@ -42,6 +42,8 @@ final class UpdateEndpoint {
     private var strayWarnings = WarningThrottle()
     /// The XPUB's connections (CURVE only): open ones, and those that may have subscriptions.
     private(set) var connections = SubscriberConnections()
+    /// The `user` keys following each user (CURVE only), to whom copies of users with privacy settings go.
+    private(set) var viewers = UpdateViewers()
 
     init(xpub: Socket, monitor: Socket?, configuration: BrokerConfiguration, logger: Logger, metrics: BrokerMetrics) {
         self.xpub = xpub
@@ -245,11 +247,25 @@ final class UpdateEndpoint {
         case 0?: message = .unsubscribe(fromPeer: frame.userID != nil)
         default: message = .other
         }
+        let key = access(frame.userID)
         var allowed = true
         if case .subscribe = message {
-            allowed = Authorization.allowsSubscription(to: topic, by: access(frame.userID), isMember: isMember)
+            allowed = Authorization.allowsSubscription(to: topic, by: key, isMember: isMember)
         }
-        switch gate.decide(message, allowed: allowed) {
+        let decision = gate.decide(message, allowed: allowed)
+        // A `user` key follows a user through the topics it may hold for ever (Machine/UpdateViewers.swift).
+        var applied = [Array(topic)]
+        if case .presence(let user)? = Topic(subscription: topic) {
+            let viewer: UserID? = if case .role(.user(let viewer)) = key, decision == .apply { viewer } else { nil }
+            switch message {
+            case .subscribe: viewers.subscribed(to: user, by: viewer)
+            case .unsubscribe(fromPeer: false): viewers.subscriberLeft(user)
+            case .unsubscribe(fromPeer: true): if let viewer { viewers.unsubscribed(viewer, from: user) }
+            case .other: break
+            }
+            if let viewer { applied = [Topic.presenceForEveryone(user), Topic.presence(user, viewer: viewer)] }
+        }
+        switch decision {
         case .ignore where message == .other:
             metrics.refusedSubscription()
             if strayWarnings.allows(now: now) {
@@ -269,7 +285,7 @@ final class UpdateEndpoint {
             return false
         case .apply:
             do {
-                try xpub.set(bytes[0] == 1 ? .subscribe(Array(topic)) : .unsubscribe(Array(topic)))
+                for topic in applied { try xpub.set(bytes[0] == 1 ? .subscribe(topic) : .unsubscribe(topic)) }
             } catch {
                 logger.error("(un)subscribe failed", metadata: ["error": "\(error)"])
                 return false

@@ -95,9 +95,11 @@ class Watch:
     Records are kept per user with the seq rule (protocol §9.4): repeats of a record already seen are dropped.
     """
 
-    def __init__(self, broker: Broker, users: Sequence[str], *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, broker: Broker, users: Sequence[str], *, timeout: float = 5.0, viewer: Optional[str] = None
+    ) -> None:
         update_endpoint = broker.update
-        self._subscriber = Subscriber(update_endpoint, curve=broker.curve)
+        self._subscriber = Subscriber(update_endpoint, curve=broker.curve, viewer=viewer)
         self._streams: Dict[str, _Stream] = {user: _Stream() for user in users}
         self._subscriber.subscribe_users(*users)
         deadline = time.monotonic() + timeout

@@ -21,15 +21,32 @@ class Update:
     body: Dict[str, Any]
 
 
+def is_for(topic: str, viewer: Optional[str]) -> bool:
+    """Whether a message on ``topic`` is for a subscriber whose key is bound to ``viewer`` (``None``: a reader, an
+    operator or open access): ``presence/<user>/<v>/`` is the copy for viewer ``v`` only; every other topic is for
+    all who receive it (§8.2)."""
+    if not topic.startswith("presence/"):
+        return True
+    parts = topic[len("presence/") : -1].split("/")
+    return len(parts) == 1 or parts[1] == "*" or parts[1] == viewer
+
+
 class Subscriber:
     """A SUB connected to the broker's update endpoint (protocol §8).
 
     Subscribing to one user or one group makes the broker publish its current record or aggregate at once (§8.3,
     §8.6): wait for that first message before relying on the subscription, as `Watch` does.
+
+    ``viewer`` is the user a CURVE ``user`` key is bound to: the records of users with privacy settings come to it on
+    ``presence/<user>/<viewer>/``, and copies for other viewers (which readers and operators receive too) are dropped
+    here (§8.2).
     """
 
-    def __init__(self, update_endpoint: str, *, curve: Optional[Curve] = None) -> None:
+    def __init__(
+        self, update_endpoint: str, *, curve: Optional[Curve] = None, viewer: Optional[str] = None
+    ) -> None:
         self.endpoint = update_endpoint
+        self.viewer = viewer
         socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
         socket.setsockopt(zmq.LINGER, 0)
         if curve is not None:
@@ -64,7 +81,8 @@ class Subscriber:
             if remaining <= 0 or not socket.poll(max(1, math.ceil(remaining * 1000))):
                 raise TimeoutError(f"no update from {self.endpoint} within {timeout} s")
             frames = socket.recv_multipart()
-            if len(frames) == 2:  # §8.1: exactly two frames; anything else is not ours to read
+            # §8.1: exactly two frames; anything else is not ours to read. §8.2: another viewer's copy is not ours.
+            if len(frames) == 2 and is_for(frames[0].decode(), self.viewer):
                 return Update(frames[0].decode(), json.loads(frames[1]))
 
     def close(self) -> None:
