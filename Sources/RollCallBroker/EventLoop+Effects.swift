@@ -33,8 +33,8 @@ extension EventLoop {
                 case .resendViews(let before):
                     webSockets.resendViews(since: before, core: machine.published, now: clock.now())
                     if !updates.viewers.isEmpty {
-                        publishCopies(
-                            updates.viewers.changedViews(since: before, in: machine.published, now: clock.now()))
+                        let views = updates.viewers.changedViews(since: before, in: machine.published, now: clock.now())
+                        publishCopies(of: .presence(before.user), views, encode: Codec.encodeRecord)
                     }
                 case .answer(let ticket, let result): answerAwaited(ticket, result)
                 }
@@ -48,37 +48,39 @@ extension EventLoop {
     /// each WebSocket subscriber likewise; a user without goes once for all (on `presence/<user>/*/` while `user` keys
     /// follow it: Machine/UpdateViewers.swift).
     func publish(_ record: PresenceRecord, replay: Bool) {
-        let restricted = machine.restricts(record.user)
-        let body = PendingPublications.Body.bytes(Codec.encodeRecord(record))
-        let forEveryone =
-            !updates.viewers.isEmpty && updates.viewers.publishesForEveryone(record.user, in: machine.published)
-        let onUpdates = forEveryone ? Topic.presenceForEveryone(record.user) : nil
-        if replay || restricted {
+        let bytes = Codec.encodeRecord(record)
+        let body = PendingPublications.Body.bytes(bytes)
+        let delivery =
+            updates.viewers.isEmpty
+            ? .truth : updates.viewers.delivery(of: record, replay: replay, in: machine.published, now: clock.now())
+        let onUpdates = delivery == .forEveryone ? Topic.presence(record.user).forEveryone : nil
+        if replay || machine.restricts(record.user) {
             publish(Topic.presence(record.user).bytes, body, toWebSockets: false, onUpdates: onUpdates)
             webSockets.deliverViews(of: record, replay: replay, core: machine.published, now: clock.now())
         } else {
             publish(Topic.presence(record.user).bytes, body, onUpdates: onUpdates)
         }
-        if restricted, !updates.viewers.isEmpty {
-            publishCopies(updates.viewers.copies(of: record, replay: replay, in: machine.published, now: clock.now()))
+        if case .copies(let copies) = delivery {
+            publishCopies(of: .presence(record.user), copies) { $0 == record ? bytes : Codec.encodeRecord($0) }
         }
         updates.remember(record)
     }
 
-    /// Sends each viewer's copy of a user's record to the viewer's own topic on the update socket; views alike are
-    /// encoded once.
-    func publishCopies(_ copies: [(UserID, PresenceRecord)]) {
-        var encoded: [(PresenceRecord, [UInt8])] = []
-        for (viewer, record) in copies {
+    /// Sends each viewer's copy of a message to the viewer's own form of `topic` on the update socket; copies alike
+    /// are encoded once.
+    func publishCopies<Message: Equatable>(
+        of topic: Topic, _ copies: [UpdateViewers.Copy<Message>], encode: (Message) -> [UInt8]
+    ) {
+        var encoded: [(Message, [UInt8])] = []
+        for copy in copies {
             let bytes =
-                encoded.first { $0.0 == record }?.1
+                encoded.first { $0.0 == copy.message }?.1
                 ?? {
-                    let bytes = Codec.encodeRecord(record)
-                    encoded.append((record, bytes))
+                    let bytes = encode(copy.message)
+                    encoded.append((copy.message, bytes))
                     return bytes
                 }()
-            updates.publish(
-                Topic.presence(record.user, viewer: viewer), .bytes(bytes), now: clock.now(), heartbeat: heartbeatBody)
+            updates.publish(topic.copy(for: copy.viewer), .bytes(bytes), now: clock.now(), heartbeat: heartbeatBody)
         }
     }
 
@@ -91,9 +93,20 @@ extension EventLoop {
             // A later part takes a new, larger seq, so that the group seq rule applies every part.
             if index > 0 { part.seq = machine.issueGroupSeq(update.group, now: now) }
             let body = Codec.encodeGroupUpdate(part, recordCache: &recordCache)
+            let topic = Topic.group(update.group)
+            let delivery =
+                updates.viewers.isEmpty ? .truth : updates.viewers.delivery(of: part, in: machine.published, now: now)
             // While some user blocks someone, the WebSocket subscribers get their own views.
-            publish(Topic.group(update.group).bytes, .bytes(body), toWebSockets: !machine.hasBlocks)
+            publish(
+                topic.bytes, .bytes(body), toWebSockets: !machine.hasBlocks,
+                onUpdates: delivery == .forEveryone ? topic.forEveryone : nil)
             if machine.hasBlocks { webSockets.deliverViews(of: part, body: body, core: machine.published, now: now) }
+            if case .copies(let copies) = delivery {
+                publishCopies(of: topic, copies) { view in
+                    var own: [UserID: [UInt8]] = [:]  // views' records differ from the shared ones
+                    return view == part ? body : Codec.encodeGroupUpdate(view, recordCache: &own)
+                }
+            }
         }
     }
 

@@ -54,7 +54,7 @@ public final class PresenceSubscriber {
         var poller = Poller([socket])
         while true {
             while let (frames, _) = try socket.receiveMessage() {
-                guard frames.count == 2, PresenceTopic(frames[0].bytes)?.isFor(viewer) == true,
+                guard frames.count == 2, ReceivedTopic(frames[0].bytes)?.isFor(viewer) == true,
                     let record = try? Codec.decodeRecord(frames[1].bytes)
                 else { continue }
                 return record

@@ -200,17 +200,19 @@ public final class PresenceWatcher: Sendable {
                 perform(subscribe ? machine.follow(topic, now: clock()) : machine.unfollow(topic), socket, &machine)
             }
             while let frames = receive(socket) {
-                guard frames.count == 2 else { continue }
-                let topic = String(decoding: frames[0].bytes, as: UTF8.self)
-                if topic == Topic.broker.text {
+                // Another viewer's copy (which a reader's or an operator's prefix receives too) is not ours.
+                guard frames.count == 2, let received = ReceivedTopic(frames[0].bytes), received.isFor(viewer) else {
+                    continue
+                }
+                switch received.topic {
+                case .broker:
                     guard let heartbeat = try? Codec.decodeBrokerHeartbeat(frames[1].bytes) else { continue }
                     perform(machine.heartbeat(heartbeat, now: clock()), socket, &machine)
-                } else if topic.hasPrefix(Topic.groupPrefix) {
+                case .group:
                     guard let update = try? Codec.decodeGroupUpdate(frames[1].bytes) else { continue }
                     perform(machine.group(update, now: clock()), socket, &machine)
-                } else if PresenceTopic(frames[0].bytes)?.isFor(viewer) == true,
-                    let record = try? Codec.decodeRecord(frames[1].bytes)
-                {
+                case .presence, .allPresence:
+                    guard let record = try? Codec.decodeRecord(frames[1].bytes) else { continue }
                     perform(machine.record(record, now: clock()), socket, &machine)
                 }
             }

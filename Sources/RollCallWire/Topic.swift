@@ -27,18 +27,24 @@ public enum Topic: Hashable, Sendable {
         }
     }
 
-    /// The topic of `user`'s records as one viewer may see them, `presence/<user>/<viewer>/`: with CURVE, the broker
-    /// applies it to a `user` key's subscription to `presence/<user>/` and sends there what that key's user may see of
-    /// a user with privacy settings (docs/privacy.md). It starts with `presence/<user>/`, so the subscriber's own
-    /// filter keeps it.
-    public static func presence(_ user: UserID, viewer: UserID) -> [UInt8] {
-        Array("presence/\(user.rawValue)/\(viewer.rawValue)/".utf8)
+    /// Whether the topic is one user's or one group's, which a `user` key follows through the forms below.
+    public var hasViewerForms: Bool {
+        switch self {
+        case .presence, .group: true
+        case .allPresence, .broker: false
+        }
     }
 
-    /// The topic of `user`'s records for every viewer, `presence/<user>/*/`: with CURVE, the broker applies it to every
-    /// `user` key's subscription to `presence/<user>/` beside the viewer's own, and sends a user without privacy
-    /// settings there, once for all, while such keys follow the user.
-    public static func presenceForEveryone(_ user: UserID) -> [UInt8] { Array("presence/\(user.rawValue)/*/".utf8) }
+    /// The form of a user's or group's topic for one viewer, `presence/<user>/<viewer>/` or `group/<id>/<viewer>/`:
+    /// with CURVE, the broker applies it to a `user` key's subscription to the topic and sends there what that key's
+    /// user may see, when it differs from what others see (docs/privacy.md). It starts with the topic, so the
+    /// subscriber's own filter keeps it.
+    public func copy(for viewer: UserID) -> [UInt8] { Array("\(text)\(viewer.rawValue)/".utf8) }
+
+    /// The form of a user's or group's topic for every viewer, `presence/<user>/*/` or `group/<id>/*/`: with CURVE, the
+    /// broker applies it to every `user` key's subscription to the topic beside the viewer's own, and sends there,
+    /// once for all, what every key following the topic may see whole.
+    public var forEveryone: [UInt8] { Array("\(text)*/".utf8) }
 
     /// Reads a topic a subscriber named; `nil` for prefixes that are no topic of ours, such as `presence/al`.
     public init?(subscription bytes: some Collection<UInt8>) {
@@ -64,46 +70,52 @@ public enum Topic: Hashable, Sendable {
     }
 }
 
-/// A presence message's topic as a subscriber reads it: whose records, and for whom (protocol.md §8.2).
-public struct PresenceTopic: Equatable, Sendable {
+/// A received message's topic as a subscriber reads it: the topic, and for whom (protocol.md §8.2).
+public struct ReceivedTopic: Equatable, Sendable {
     public enum Audience: Equatable, Sendable {
-        /// `presence/<user>/`: the truth, for readers, operators and open access.
+        /// The topic itself: the truth, for readers, operators and open access (and everyone, without CURVE).
         case truth
-        /// `presence/<user>/*/`: for every viewer (the user has no privacy settings).
+        /// The topic's `*/` form: for every viewer.
         case everyone
-        /// `presence/<user>/<viewer>/`: what that viewer may see.
+        /// The topic's `<viewer>/` form: what that viewer may see.
         case viewer(UserID)
     }
 
-    public let user: UserID
+    public let topic: Topic
     public let audience: Audience
 
-    public init(user: UserID, audience: Audience) {
-        self.user = user
+    public init(topic: Topic, audience: Audience) {
+        self.topic = topic
         self.audience = audience
     }
 
-    /// Reads a received topic; `nil` for anything that is not a presence topic.
+    /// Reads a received topic; `nil` for anything that is not a topic of one user, one group or the broker.
     public init?(_ bytes: some Collection<UInt8>) {
-        guard let text = String(validating: bytes, as: UTF8.self), text.hasPrefix(Topic.presencePrefix),
-            text.hasSuffix("/")
-        else { return nil }
-        let parts = text.dropFirst(Topic.presencePrefix.count).dropLast().split(
-            separator: "/", omittingEmptySubsequences: false)
-        guard let user = parts.first.flatMap({ UserID(validating: String($0)) }) else { return nil }
+        guard let text = String(validating: bytes, as: UTF8.self), text.hasSuffix("/") else { return nil }
+        if text == Topic.brokerTopic {
+            self.init(topic: .broker, audience: .truth)
+            return
+        }
+        let family = [Topic.presencePrefix, Topic.groupPrefix].first { text.hasPrefix($0) }
+        guard let family else { return nil }
+        let parts = text.dropFirst(family.count).dropLast().split(separator: "/", omittingEmptySubsequences: false)
+        guard let name = parts.first.map(String.init) else { return nil }
+        let topic: Topic? =
+            family == Topic.presencePrefix
+            ? UserID(validating: name).map(Topic.presence) : GroupID(validating: name).map(Topic.group)
+        guard let topic else { return nil }
         switch parts.count {
-        case 1: audience = .truth
-        case 2 where parts[1] == "*": audience = .everyone
+        case 1: self.init(topic: topic, audience: .truth)
+        case 2 where parts[1] == "*": self.init(topic: topic, audience: .everyone)
         case 2:
             guard let viewer = UserID(validating: String(parts[1])) else { return nil }
-            audience = .viewer(viewer)
+            self.init(topic: topic, audience: .viewer(viewer))
         default: return nil
         }
-        self.user = user
     }
 
     /// Whether a subscriber whose key is bound to `viewer` (`nil`: a reader, an operator or open access) takes the
-    /// record: every subscriber takes the truth and what is for everyone; a viewer's copy is for that viewer only
+    /// message: every subscriber takes the truth and what is for everyone; a viewer's copy is for that viewer only
     /// (readers and operators receive every copy by ZeroMQ's prefix matching, and drop them).
     public func isFor(_ viewer: UserID?) -> Bool {
         switch audience {

@@ -78,7 +78,9 @@ extension Integration {
                 try bob.read { feed in [alice, pat, max].allSatisfy { feed.last(of: $0) != nil } }
                 try zoe.read { feed in [alice, pat, max].allSatisfy { feed.last(of: $0) != nil } }
                 try reader.read { $0.heartbeats > 0 }
-                #expect(bob.last(of: alice)?.status == .busy && Set(bob.topics(of: alice)) == ["presence/alice/bob/"])
+                // Before zoe's key followed alice, bob's was the only one, and saw all of her: once for everyone.
+                #expect(bob.last(of: alice)?.status == .busy)
+                #expect(Set(bob.topics(of: alice)).isSubset(of: ["presence/alice/bob/", "presence/alice/*/"]))
                 let bye = try #require(zoe.last(of: alice))
                 #expect(bye.status == .offline && bye.reason == .bye && bye.text == nil)
                 #expect(Set(zoe.topics(of: alice)) == ["presence/alice/zoe/"])
@@ -90,14 +92,15 @@ extension Integration {
                 try change(max, .away)
                 try bob.read { $0.last(of: max)?.status == .away }
                 try zoe.read { $0.last(of: max)?.status == .away }
-                #expect(bob.last(of: alice)?.status == .away)
+                #expect(bob.last(of: alice)?.status == .away && bob.topics(of: alice).last == "presence/alice/bob/")
                 #expect(zoe.records(of: alice).allSatisfy { $0 == bye }, "nothing after the bye")
                 try reader.read { $0.last(of: max)?.status == .away }
                 #expect(
                     reader.topics(of: alice).contains("presence/alice/")
                         && reader.topics(of: alice).contains("presence/alice/bob/"))
                 // A reader takes the truth only (a last value may have come before: a replay of the subscriptions).
-                let truth = reader.messages.filter { $0.topic == "presence/alice/" }.map(\.record)
+                let truth = reader.messages.filter { ["presence/alice/", "presence/alice/*/"].contains($0.topic) }
+                    .map(\.record)
                 #expect(reader.taken(by: nil, of: alice) == truth && truth.last?.status == .away)
 
                 // Bob removed from alice's contacts: his bye at once, then nothing.
@@ -123,15 +126,65 @@ extension Integration {
             }
         }
 
+        /// Blocks and membership inside a group on the update socket, with real CURVE keys: alice blocks bob, so
+        /// every group message bob's key receives counts her offline and shows her record of a bye, while carol's
+        /// shows her as she is; zoe, taken out of the group, receives nothing of it after the message that takes her
+        /// out (the marker: a change of max, who is in no group, published after carol got the next group message).
+        @Test func groupWithABlockedMemberOnTheUpdateSocket() async throws {
+            let keys = try TestKeys("bob", "carol", "zoe", "op")
+            let table = try keys.authorizedKeys([
+                ("bob", "user bob"), ("carol", "user carol"), ("zoe", "user zoe"), ("op", "operator"),
+            ])
+            try await withBroker({
+                $0.curve = CurveSettings(secretKey: keys.server.secretKey, authorizedKeys: table)
+            }) { broker in
+                let op = try CommandClient(endpoint: broker.command, credentials: keys.credentials("op"))
+                let (alice, max, team) = ("alice".id, "max".id, "team".group)
+                var sessions: [UserID: SessionID] = [:]
+                for user in [alice, max] {
+                    sessions[user] = try op.hello(.init(user: user, status: .busy, text: "t")).session
+                }
+                _ = try op.group(team, GroupEdit(members: [alice, "bob".id, "carol".id, "zoe".id]))
+                _ = try op.call(.block(user: alice, .add(["bob".id])))
+
+                var feeds: [String: Feed] = [:]
+                for name in ["bob", "carol", "zoe"] {
+                    var feed = try Feed(broker, keys, name, following: [max], groups: [team])
+                    try feed.read { !$0.groupUpdates.isEmpty && $0.last(of: max) != nil }
+                    feeds[name] = feed
+                }
+                try op.setStatus(sessions[alice]!, .away)
+                try feeds["carol"]!.read { $0.groupUpdates.contains { $0.update.changed.first?.status == .away } }
+                try feeds["bob"]!.read { $0.groupUpdates.count >= 2 }
+                let bobs = feeds["bob"]!.groupUpdates
+                #expect(bobs.allSatisfy { $0.update.counts.busy == 0 && $0.update.counts.away == 0 })
+                #expect(bobs.flatMap(\.update.changed).allSatisfy { $0.status == .offline && $0.reason == .bye })
+                #expect(bobs.last?.topic == "group/team/bob/")
+
+                _ = try op.group(team, GroupEdit(members: [alice, "bob".id, "carol".id]))
+                try feeds["zoe"]!.read { $0.groupUpdates.contains { $0.update.removed == ["zoe".id] } }
+                try op.setStatus(sessions[alice]!, .online)
+                try feeds["carol"]!.read { $0.groupUpdates.contains { $0.update.changed.first?.status == .online } }
+                try op.setStatus(sessions[max]!, .away)
+                try feeds["zoe"]!.read { $0.last(of: max)?.status == .away }
+                let zoes = feeds["zoe"]!.groupUpdates
+                #expect(zoes.last?.update.removed == ["zoe".id], "nothing of the group after zoe was taken out")
+            }
+        }
+
         /// One subscriber's messages on the update socket, as they came: the topic and the record.
         struct Feed {
             let subscriber: PresenceSubscriber
             let viewer: UserID?
             var messages: [(topic: String, record: PresenceRecord)] = []
+            var groupUpdates: [(topic: String, update: GroupUpdate)] = []
             var heartbeats = 0
 
             /// A key's subscriber following `users` (nil: every user, by prefix), with the key's user as its viewer.
-            init(_ broker: InProcessBroker, _ keys: TestKeys, _ name: String, following users: [UserID]?) throws {
+            init(
+                _ broker: InProcessBroker, _ keys: TestKeys, _ name: String, following users: [UserID]?,
+                groups: [GroupID] = []
+            ) throws {
                 viewer = name == "reader" ? nil : name.id
                 subscriber = try PresenceSubscriber(
                     endpoint: broker.update, credentials: keys.credentials(name), viewer: viewer)
@@ -141,6 +194,7 @@ extension Integration {
                     try subscriber.subscribeAll()
                     try subscriber.subscribe(prefix: Topic.broker.bytes)
                 }
+                for group in groups { try subscriber.subscribe(prefix: Topic.group(group).bytes) }
             }
 
             /// Reads until `done` holds, for at most 10 s.
@@ -151,6 +205,8 @@ extension Integration {
                     guard let (topic, body) = try subscriber.nextMessage(timeout: 200) else { continue }
                     if topic == Topic.broker.text {
                         heartbeats += 1
+                    } else if topic.hasPrefix(Topic.groupPrefix), let update = try? Codec.decodeGroupUpdate(body) {
+                        groupUpdates.append((topic, update))
                     } else if let record = try? Codec.decodeRecord(body) {
                         messages.append((topic, record))
                     }
@@ -166,7 +222,7 @@ extension Integration {
             /// What a subscriber bound to `viewer` takes of `user` (protocol §8.2).
             func taken(by viewer: UserID?, of user: UserID) -> [PresenceRecord] {
                 messages.filter {
-                    $0.record.user == user && PresenceTopic(Array($0.topic.utf8))?.isFor(viewer) == true
+                    $0.record.user == user && ReceivedTopic(Array($0.topic.utf8))?.isFor(viewer) == true
                 }.map(\.record)
             }
         }

@@ -71,28 +71,30 @@ struct PrivacyCodecTests {
     }
 }
 
-/// Presence topics as a subscriber reads them (protocol §8.2): whose records, and for whom.
-@Suite("Presence topics and their audience")
-struct PresenceTopicTests {
+/// Topics as a subscriber reads them (protocol §8.2): which user's or group's, and for whom.
+@Suite("Received topics and their audience")
+struct ReceivedTopicTests {
     @Test func readsTheThreeForms() {
-        let truth = PresenceTopic(Array("presence/alice/".utf8))
-        #expect(truth == PresenceTopic(user: "alice".id, audience: .truth))
-        let everyone = PresenceTopic(Topic.presenceForEveryone("alice".id))
-        #expect(everyone == PresenceTopic(user: "alice".id, audience: .everyone))
-        let copy = PresenceTopic(Topic.presence("alice".id, viewer: "bob".id))
-        #expect(copy == PresenceTopic(user: "alice".id, audience: .viewer("bob".id)))
-        for other in ["presence/", "presence/alice", "presence/alice//", "presence/a/b/c/", "group/t/", "presence/a%/"]
-        {
-            #expect(PresenceTopic(Array(other.utf8)) == nil, "\(other)")
+        let alice = Topic.presence("alice".id)
+        #expect(ReceivedTopic(alice.bytes) == ReceivedTopic(topic: alice, audience: .truth))
+        #expect(ReceivedTopic(alice.forEveryone) == ReceivedTopic(topic: alice, audience: .everyone))
+        #expect(ReceivedTopic(alice.copy(for: "bob".id)) == ReceivedTopic(topic: alice, audience: .viewer("bob".id)))
+        #expect(Array("presence/alice/bob/".utf8) == alice.copy(for: "bob".id))
+        let team = Topic.group(GroupID(validating: "team")!)
+        #expect(ReceivedTopic(Array("group/team/*/".utf8)) == ReceivedTopic(topic: team, audience: .everyone))
+        #expect(ReceivedTopic(team.copy(for: "bob".id)) == ReceivedTopic(topic: team, audience: .viewer("bob".id)))
+        #expect(ReceivedTopic(Topic.broker.bytes) == ReceivedTopic(topic: .broker, audience: .truth))
+        for other in ["presence/", "presence/alice", "presence/alice//", "presence/a/b/c/", "presence/a%/", "x/a/"] {
+            #expect(ReceivedTopic(Array(other.utf8)) == nil, "\(other)")
         }
     }
 
-    /// A viewer's copy is for that viewer only; the truth and the records for everyone are for all who receive them.
+    /// A viewer's copy is for that viewer only; the truth and the messages for everyone are for all who receive them.
     @Test func aCopyIsForItsViewerOnly() throws {
-        let copy = try #require(PresenceTopic(Topic.presence("alice".id, viewer: "bob".id)))
+        let copy = try #require(ReceivedTopic(Topic.presence("alice".id).copy(for: "bob".id)))
         #expect(copy.isFor("bob".id) && !copy.isFor("zoe".id) && !copy.isFor(nil))
-        for topic in [Array("presence/alice/".utf8), Topic.presenceForEveryone("alice".id)] {
-            let read = try #require(PresenceTopic(topic))
+        for topic in [Topic.presence("alice".id).bytes, Topic.presence("alice".id).forEveryone] {
+            let read = try #require(ReceivedTopic(topic))
             #expect(read.isFor("bob".id) && read.isFor(nil))
         }
     }

@@ -253,17 +253,17 @@ final class UpdateEndpoint {
             allowed = Authorization.allowsSubscription(to: topic, by: key, isMember: isMember)
         }
         let decision = gate.decide(message, allowed: allowed)
-        // A `user` key follows a user through the topics it may hold for ever (Machine/UpdateViewers.swift).
+        // A `user` key follows a user or a group through forms of its topic it may hold for ever
+        // (Machine/UpdateViewers.swift).
         var applied = [Array(topic)]
-        if case .presence(let user)? = Topic(subscription: topic) {
+        if let followed = Topic(subscription: topic), followed.hasViewerForms {
             let viewer: UserID? = if case .role(.user(let viewer)) = key, decision == .apply { viewer } else { nil }
             switch message {
-            case .subscribe: viewers.subscribed(to: user, by: viewer)
-            case .unsubscribe(fromPeer: false): viewers.subscriberLeft(user)
-            case .unsubscribe(fromPeer: true): if let viewer { viewers.unsubscribed(viewer, from: user) }
-            case .other: break
+            case .subscribe: viewers.subscribed(to: followed, by: viewer)
+            case .unsubscribe(fromPeer: false): viewers.subscriberLeft(followed)
+            case .unsubscribe(fromPeer: true), .other: break  // a viewer stays listed (UpdateViewers.swift)
             }
-            if let viewer { applied = [Topic.presenceForEveryone(user), Topic.presence(user, viewer: viewer)] }
+            if let viewer { applied = [followed.forEveryone, followed.copy(for: viewer)] }
         }
         switch decision {
         case .ignore where message == .other:

@@ -128,3 +128,12 @@ def test_the_heartbeat_thread_keeps_a_session_alive(rollcall_broker: BrokerProce
     rollcall_broker.advance(1000)
     watch.expect("hb", status="offline", reason="timeout", within=1.0)
     plain.close()
+
+
+def test_a_viewers_copy_is_for_that_viewer_only() -> None:
+    from rollcall.subscriber import is_for
+
+    for topic in ["presence/alice/", "presence/alice/*/", "group/team/", "group/team/*/", "broker/"]:
+        assert is_for(topic, None) and is_for(topic, "bob"), topic
+    for topic in ["presence/alice/bob/", "group/team/bob/"]:
+        assert is_for(topic, "bob") and not is_for(topic, "zoe") and not is_for(topic, None), topic

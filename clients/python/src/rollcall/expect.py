@@ -288,7 +288,7 @@ class GroupWatch:
             update = self._subscriber.next(remaining)
         except TimeoutError:
             return False
-        if update.topic == f"group/{self.group}/":
+        if update.topic.startswith(f"group/{self.group}/"):  # the group topic or its form for everyone (§8.2)
             self._stream.add(update.body)
         return True
 

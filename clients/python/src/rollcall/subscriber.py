@@ -23,11 +23,12 @@ class Update:
 
 def is_for(topic: str, viewer: Optional[str]) -> bool:
     """Whether a message on ``topic`` is for a subscriber whose key is bound to ``viewer`` (``None``: a reader, an
-    operator or open access): ``presence/<user>/<v>/`` is the copy for viewer ``v`` only; every other topic is for
-    all who receive it (§8.2)."""
-    if not topic.startswith("presence/"):
+    operator or open access): ``presence/<user>/<v>/`` and ``group/<id>/<v>/`` are the copies for viewer ``v`` only;
+    every other topic is for all who receive it (§8.2)."""
+    family = next((f for f in ("presence/", "group/") if topic.startswith(f)), None)
+    if family is None:
         return True
-    parts = topic[len("presence/") : -1].split("/")
+    parts = topic[len(family) : -1].split("/")
     return len(parts) == 1 or parts[1] == "*" or parts[1] == viewer
 
 
