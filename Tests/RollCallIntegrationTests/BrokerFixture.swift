@@ -3,6 +3,7 @@ import Logging
 import RollCallBroker
 import RollCallClient
 import RollCallCore
+import RollCallWire
 import Testing
 import ZeroMQ
 
@@ -79,6 +80,12 @@ func withBroker<T>(
         _ = try? await running.value
         throw error
     }
+}
+
+/// The topic a message came on, whatever form of it the broker sent (protocol §8.2.1): `presence/carol/` for
+/// `presence/carol/*/` too.
+func baseTopic(_ received: String) -> String {
+    ReceivedTopic(Array(received.utf8))?.topic.text ?? received
 }
 
 extension PresenceSubscriber {
