@@ -96,11 +96,13 @@ extension EventLoop {
             let topic = Topic.group(update.group)
             let delivery =
                 updates.viewers.isEmpty ? .truth : updates.viewers.delivery(of: part, in: machine.published, now: now)
-            // While some user blocks someone, the WebSocket subscribers get their own views.
+            // The WebSocket subscribers get their own views: a member's may differ, a former member's is nothing.
             publish(
-                topic.bytes, .bytes(body), toWebSockets: !machine.hasBlocks,
+                topic.bytes, .bytes(body), toWebSockets: false,
                 onUpdates: delivery == .forEveryone ? topic.forEveryone : nil)
-            if machine.hasBlocks { webSockets.deliverViews(of: part, body: body, core: machine.published, now: now) }
+            if webSockets.hasSubscribers {
+                webSockets.deliverViews(of: part, body: body, core: machine.published, now: now)
+            }
             if case .copies(let copies) = delivery {
                 publishCopies(of: topic, copies) { view in
                     var own: [UserID: [UInt8]] = [:]  // views' records differ from the shared ones

@@ -48,7 +48,8 @@ struct AllBench: AsyncParsableCommand {
             to webhook latency at 100 and 5,000 changes/s, delivered events/s), privacy (not in the default set: \
             a contacts file of --privacy-users × --privacy-contacts edges, memory per edge and load time, then a \
             `visibility: contacts` user's change to --privacy-viewers of its contacts watching over WebSocket with \
-            `user` tokens). --curve runs every scenario over CURVE.
+            `user` tokens, and over ZeroMQ with CURVE `user` keys: public, contacts-only, and with strangers \
+            following too). --curve runs every scenario over CURVE.
             """)
 
     @Flag(help: "A small, fast run that only checks the benchmark works.") var smoke = false
@@ -185,6 +186,10 @@ struct AllBench: AsyncParsableCommand {
                         users: privacyUsers, contacts: privacyContacts, viewers: privacyViewers,
                         changes: privacyChanges)
                 for row in try bench.privacy(sizes) { add(row) }
+                let followers = min(sizes.viewers, sizes.contacts)
+                for row in try bench.privacyOverUpdates(viewers: followers, strangers: 10, changes: sizes.changes) {
+                    add(row)
+                }
             }
             if wanted.contains("expiry") {
                 add(try bench.expiry(live: smoke ? 1_000 : 100_000, probes: smoke ? 10 : 200, ttl: smoke ? 500 : 2_000))

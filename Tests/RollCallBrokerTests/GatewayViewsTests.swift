@@ -94,4 +94,22 @@ struct GatewayViewsTests {
         #expect(views == [core.view(of: "alice".id, for: "zoe".id, now: Self.now)])
         #expect(table.hiddenViews(of: [.presence("alice".id)], to: Self.bob, in: core, now: Self.now).isEmpty)
     }
+
+    /// A member taken out of a group gets the message that takes it out and nothing after it, though its subscription
+    /// stays; without blocks, the members get the shared message.
+    @Test func aMemberTakenOutGetsNothingMore() throws {
+        var (core, table, _) = try Self.world()
+        let team = "team".group
+        _ = core.group(team, GroupEdit(members: ["alice".id, "bob".id, "zoe".id]), now: Self.now)
+        for id in [Self.bob, Self.zoe, Self.admin] {
+            _ = table.subscribe(id, to: [.group(team)], maxTopics: 10, isMember: { _, _ in true })
+        }
+        _ = core.group(team, GroupEdit(members: ["alice".id, "bob".id]), now: Self.now)
+        let header = core.groupHeader(of: team, now: Self.now)
+        let out = GroupUpdate(group: team, counts: header.counts, changed: [], removed: ["zoe".id], seq: header.seq)
+        let toAll = Self.byConnection(table.views(of: out, in: core, now: Self.now))
+        #expect(toAll.count == 3 && toAll.values.allSatisfy { $0 == nil })
+        let after = Self.byConnection(table.views(of: header, in: core, now: Self.now))
+        #expect(Set(after.keys) == [Self.bob, Self.admin] && after.values.allSatisfy { $0 == nil })
+    }
 }

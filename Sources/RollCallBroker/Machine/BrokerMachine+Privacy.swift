@@ -25,12 +25,6 @@ extension BrokerMachine {
         return core.groupSnapshot(snapshot, for: viewer, now: now)
     }
 
-    /// Whether any user blocks anyone: only then may a group message differ from one member to another.
-    var hasBlocks: Bool {
-        if case .cluster(let side) = publishing { return side.view.hasBlocks }
-        return core.hasBlocks
-    }
-
     /// `privacy`, `contacts` and `block` on a single broker. A node of a cluster answers them in
     /// ``handle(_:connection:access:now:)``, after etcd (``editClusterPrivacy(_:now:)``).
     mutating func editPrivacy(_ request: Request, now: BrokerTime) -> Result<Reply, PresenceError> {

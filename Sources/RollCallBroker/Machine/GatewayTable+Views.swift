@@ -34,14 +34,20 @@ extension GatewayTable {
         }
     }
 
-    /// A group message's receivers while some user blocks someone: each with the message as its viewer sees it
-    /// (members that block the viewer offline, their records its views), or `nil` for the shared message.
+    /// A group message's receivers: each with the message as its viewer sees it (members that block the viewer
+    /// offline, their records its views), or `nil` for the shared message. A viewer no longer a member gets nothing
+    /// after the message that takes it out, though its subscription stays (it gets the group again if it is put back
+    /// in).
     func views(of update: GroupUpdate, in core: PresenceCore, now: BrokerTime) -> [(ConnectionID, GroupUpdate?)] {
         guard !hasNoSubscribers, let receivers = receivers(of: Topic.group(update.group).bytes).exact else {
             return []
         }
-        return receivers.map { id in
+        return receivers.compactMap { id in
             guard let viewer = viewer(of: id) else { return (id, nil) }
+            guard update.deleted || core.isMember(viewer, of: update.group) || update.removed.contains(viewer) else {
+                return nil
+            }
+            guard core.hasBlocks else { return (id, nil) }
             let shown = core.groupUpdate(update, for: viewer, now: now)
             return (id, shown == update ? nil : shown)
         }

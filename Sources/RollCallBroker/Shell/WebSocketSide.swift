@@ -214,8 +214,8 @@ final class WebSocketSide {
         }
     }
 
-    /// A group message while some user blocks someone: each subscriber gets it as its viewer sees it, or `body`, the
-    /// shared encoding.
+    /// A group message: each subscriber gets it as its viewer sees it, or `body`, the shared encoding; a viewer taken
+    /// out of the group nothing (``GatewayTable/views(of:in:now:)``).
     func deliverViews(of update: GroupUpdate, body: [UInt8], core: PresenceCore, now: BrokerTime) {
         let topic = Topic.group(update.group).bytes
         let shared = Codec.encodeUpdate(topic: topic, body: body)
