@@ -90,9 +90,11 @@ extension EventLoop {
     /// Takes a reloaded table of CURVE keys, and ends what the keys it removed hold (docs/security.md, "Rotate keys"):
     /// their update connections are shut down first (UpdateEndpoint.swift), then their sessions end, reason `revoked`,
     /// and the command connections their requests came on are shut down. libzmq then sees end-of-file on each and
-    /// closes it itself; the key cannot connect again (ZAP refuses it).
+    /// closes it itself; the key cannot connect again (ZAP refuses it). A key given another role loses its update
+    /// connections alone, and subscribes again under the new role when its SUB reconnects.
     func replace(authorizedKeys keys: AuthorizedKeys) {
-        guard let reload = commands.replace(authorizedKeys: keys), !reload.removed.isEmpty else { return }
+        guard let reload = commands.replace(authorizedKeys: keys), !reload.removed.isEmpty || !reload.rebound.isEmpty
+        else { return }
         // The pending connection events first: a descriptor still known then is the connection it names (libzmq
         // reports a close before it closes the descriptor, ConnectionTracker.swift).
         try? handleConnectionEvents()

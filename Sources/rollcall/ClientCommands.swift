@@ -45,7 +45,8 @@ struct Watch: AsyncParsableCommand {
         do {
             try await runUntilSignalled { stop in
                 let watcher = try PresenceWatcher(
-                    endpoint: endpoint, commandEndpoint: command, credentials: try keys.credentials())
+                    endpoint: endpoint, commandEndpoint: command, credentials: try keys.credentials(),
+                    viewer: try keys.viewer())
                 let print: @Sendable (PresenceRecord) -> Void = { record in
                     emit(String(decoding: Codec.encodeRecord(record), as: UTF8.self))
                 }

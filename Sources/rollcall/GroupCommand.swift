@@ -43,7 +43,8 @@ struct GroupCommand: AsyncParsableCommand {
             emit(describe(group, snapshot.counts, changed: [], removed: []))
             guard watch else { return }
             try await runUntilSignalled { stop in
-                let watcher = try PresenceWatcher(endpoint: update, credentials: try keys.credentials())
+                let watcher = try PresenceWatcher(
+                    endpoint: update, credentials: try keys.credentials(), viewer: try keys.viewer())
                 let first = Atomic<Bool>(true)
                 _ = watcher.observe(group: group) { update in
                     // The first message is the aggregate a new subscriber gets; the line above said it already.

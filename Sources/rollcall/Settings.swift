@@ -108,6 +108,19 @@ struct ClientKeys: ParsableArguments {
     @Option(help: "This client's key pair (czmq certificate, from rollcall keygen). Env: ROLLCALL_KEY_FILE.")
     var keyFile: String?
 
+    @Option(
+        help:
+            "The user a `user` key is bound to, so that the updates the broker sends that user alone are taken (protocol §8.2.1). Env: ROLLCALL_KEY_USER."
+    )
+    var keyUser: String?
+
+    /// The user the key is bound to, for a subscriber's own copies; `nil` for a reader's or an operator's key.
+    func viewer() throws -> UserID? {
+        guard let text = keyUser ?? ProcessInfo.processInfo.environment["ROLLCALL_KEY_USER"] else { return nil }
+        guard let user = UserID(validating: text) else { throw ValidationError("--key-user: not a user id: \(text)") }
+        return user
+    }
+
     /// The credentials, or `nil` for a broker without CURVE; one of the two without the other is a usage error.
     func credentials() throws -> CurveCredentials? {
         let environment = ProcessInfo.processInfo.environment

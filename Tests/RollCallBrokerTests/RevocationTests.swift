@@ -124,6 +124,11 @@ struct RevocationTests {
         #expect(again?.removed == [] && again?.added == 1)
         #expect(again?.mayBeRevoked(address: "10.0.0.3") == false)
         #expect(again?.mayBeRevoked(address: nil) == false)
+        // bob made a user: a rebound key, whose update connections go (what libzmq applied for a reader stays).
+        let rebound = gate.replace(with: AuthorizedKeys(roles: [bob.key: .user("bob".id), alice.key: .reader]))
+        #expect(rebound?.removed == [] && rebound?.rebound == [bob.key])
+        #expect(rebound?.mayBeRevoked(address: "10.0.0.3") == true)
+        #expect(rebound?.mayBeRevoked(address: "10.0.0.1") == false)
     }
 
     /// A key seen from more addresses than are remembered may have an update connection anywhere.

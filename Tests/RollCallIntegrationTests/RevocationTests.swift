@@ -134,5 +134,39 @@ extension Integration {
                 #expect(try bob.query(["bob".id])["bob".id]?.sessions == 1)
             }
         }
+
+        /// A reader's key made a `user` key by a reload loses its update connection (what libzmq applied for the
+        /// reader, `presence/`, cannot be taken back); its SUB reconnects and subscribes again under the new role:
+        /// the prefix is no longer applied, its exact topic is. The marker is max's change, published after alice's.
+        @Test func aKeyGivenAnotherRoleSubscribesAgainUnderIt() async throws {
+            let keys = try TestKeys("watcher", "op")
+            let entries = [("watcher", "reader"), ("op", "operator")]
+            try await withReloadableBroker(keys, entries) { broker, path in
+                let op = try CommandClient(endpoint: broker.command, credentials: keys.credentials("op"))
+                let aliceSession = try op.hello(.init(user: "alice".id)).session
+                let maxSession = try op.hello(.init(user: "max".id)).session
+                let watch = try PresenceSubscriber(
+                    endpoint: broker.update, credentials: keys.credentials("watcher"), viewer: "watcher".id)
+                try watch.subscribe(prefix: Array("presence/".utf8))
+                try watch.subscribe("max".id)
+                try watch.expect("max") { _ in true }
+                try op.setStatus(aliceSession, .away)
+                try watch.expect("alice") { $0.status == .away }  // the reader's prefix
+
+                try keys.table([("watcher", "user watcher"), ("op", "operator")]).write(
+                    toFile: path, atomically: true, encoding: .utf8)
+                guard case .success = broker.broker.reloadAuthorizedKeys() else {
+                    Issue.record("the reload failed")
+                    return
+                }
+                // Back with max's last value on the user's form of his topic, then alice's change and max's.
+                try watch.expect("max", timeout: 10_000) { $0.status == .online }
+                try op.setStatus(aliceSession, .busy)
+                try op.setStatus(maxSession, .busy)
+                let seen = try watch.records(through: { $0.user == "max".id && $0.status == .busy }, timeout: 5_000)
+                let sawAlice = seen.contains { $0.user.rawValue == "alice" }
+                #expect(!sawAlice, "the prefix a reader held stayed applied")
+            }
+        }
     }
 }

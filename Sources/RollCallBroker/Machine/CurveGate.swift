@@ -58,21 +58,25 @@ struct CurveGate {
         return .role(role)
     }
 
-    /// What a reload changed: how many keys were added, which were removed, and where the removed ones connected
-    /// from.
+    /// What a reload changed: how many keys were added, which were removed or given another role, and where they
+    /// connected from.
     struct Reload: Equatable {
         var added: Int
         /// The keys removed, in the order of their text.
         var removed: [CurveKey]
-        /// The peer addresses the removed keys passed a ZAP check from.
+        /// The keys kept with another role (a reader made a user, a user bound to another user), in the order of
+        /// their text: the subscriptions libzmq applied for the old role cannot be taken back, so their update
+        /// connections close too (their sessions and command connections stay; a request takes the new role).
+        var rebound: [CurveKey] = []
+        /// The peer addresses the removed and rebound keys passed a ZAP check from.
         var addresses: Set<String>
-        /// Whether a removed key was seen from more addresses than are remembered: any address may be its.
+        /// Whether such a key was seen from more addresses than are remembered: any address may be its.
         var anyAddress: Bool
 
-        /// Whether an update connection from `address` may be a removed key's; one whose address cannot be read
-        /// (`nil`) may be anyone's, and is.
+        /// Whether an update connection from `address` may be a removed or rebound key's; one whose address cannot
+        /// be read (`nil`) may be anyone's, and is.
         func mayBeRevoked(address: String?) -> Bool {
-            guard !removed.isEmpty else { return false }
+            guard !removed.isEmpty || !rebound.isEmpty else { return false }
             guard let address else { return true }
             return anyAddress || addresses.contains(address)
         }
@@ -89,6 +93,13 @@ struct CurveGate {
         for key in removed {
             reload.addresses.formUnion(addresses.removeValue(forKey: key) ?? [])
             if seenEverywhere.remove(key) != nil { reload.anyAddress = true }
+        }
+        reload.rebound = before.filter { key, role in new.roles[key].map { $0 != role } ?? false }.keys.sorted {
+            $0.z85 < $1.z85
+        }
+        for key in reload.rebound {
+            reload.addresses.formUnion(addresses[key] ?? [])
+            if seenEverywhere.contains(key) { reload.anyAddress = true }
         }
         return reload
     }

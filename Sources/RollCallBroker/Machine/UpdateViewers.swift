@@ -27,8 +27,11 @@ struct UpdateViewers {
     /// For each topic, the subscriptions to it read (applied or not, any key) less libzmq's unsubscriptions for
     /// subscribers that left: while above zero, some connection may hold the topic.
     private var subscriptions: [Topic: Int] = [:]
-    /// The most topics whose subscriptions are counted; past it, a new topic's viewers are kept for ever.
+    /// The most topics whose subscriptions are counted. Past it, a topic goes uncounted, and no viewer is forgotten
+    /// any more: a topic counted anew later would count down without the subscriptions it missed.
     let limit: Int
+    /// Whether a subscription went uncounted, past the limit.
+    private(set) var overflowed = false
 
     init(limit: Int = 1_000_000) { self.limit = limit }
 
@@ -55,13 +58,17 @@ struct UpdateViewers {
 
     /// A subscription to `topic` was read, from `viewer`'s key when a `user` key made it and it was applied.
     mutating func subscribed(to topic: Topic, by viewer: UserID?) {
-        if subscriptions[topic] != nil || subscriptions.count < limit { subscriptions[topic, default: 0] += 1 }
+        if subscriptions[topic] != nil || subscriptions.count < limit {
+            subscriptions[topic, default: 0] += 1
+        } else {
+            overflowed = true
+        }
         if let viewer { viewers[topic, default: []].insert(viewer) }
     }
 
     /// libzmq unsubscribed a subscriber that left from `topic`: when no subscription is left, no viewer follows it.
     mutating func subscriberLeft(_ topic: Topic) {
-        guard let count = subscriptions[topic] else { return }
+        guard !overflowed, let count = subscriptions[topic] else { return }
         if count > 1 {
             subscriptions[topic] = count - 1
         } else {

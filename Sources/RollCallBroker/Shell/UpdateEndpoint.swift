@@ -164,20 +164,27 @@ final class UpdateEndpoint {
         let manual = monitor != nil
         var replayNow: [Topic] = []
         for _ in 0..<batch {
-            guard let (frames, _) = try xpub.receiveMessage(maxFrames: 1, userID: manual) else {
+            // In manual mode every frame on its own: libzmq takes any frame that starts with 0 or 1 for a
+            // (un)subscription, a later frame of a peer's multipart message too, and reports it when the peer
+            // leaves, so each must be counted (Machine/UpdateViewers.swift).
+            let received =
+                manual
+                ? try xpub.receiveFrame(userID: true) : try xpub.receiveMessage(maxFrames: 1).map { $0.frames[0] }
+            guard let frame = received else {
                 if manual { gate.drained() }
                 break
             }
-            let first = frames[0].bytes.first
+            let first = frame.bytes.first
             if manual {
                 // Before anything is applied: a subscriber gone since the XPUB was last read empty may have left
-                // subscriptions in the queue (ManualSubscriptionGate.swift).
-                try noteDisconnects()
-                guard authorize(frames[0], now: now, access: access, isMember: isMember) else { continue }
+                // subscriptions in the queue (ManualSubscriptionGate.swift). A monitor that cannot be read may hide
+                // one.
+                do { try noteDisconnects() } catch { gate.subscriberLeft() }
+                guard authorize(frame, now: now, access: access, isMember: isMember) else { continue }
             } else if first.map({ $0 > 1 }) ?? true {
                 continue
             }
-            let topicBytes = frames[0].bytes.dropFirst()
+            let topicBytes = frame.bytes.dropFirst()
             guard first == 1 else {
                 if topics.unsubscribed(topicBytes) {
                     logger.debug("topic has no subscriber left", metadata: ["topic": "\(Self.printable(topicBytes))"])
@@ -305,7 +312,10 @@ final class UpdateEndpoint {
             if ConnectionDescriptor.shutDown(descriptor) { closed += 1 }
         }
         logger.notice(
-            "update connections closed from the removed keys' addresses (authorized subscribers among them reconnect)",
+            """
+            update connections closed from the addresses of the keys removed or given another role (authorized \
+            subscribers among them reconnect)
+            """,
             metadata: [
                 "update_connections_closed": "\(closed)",
                 "addresses": "\(reload.anyAddress ? "any" : reload.addresses.sorted().joined(separator: ","))",
