@@ -206,50 +206,12 @@ public struct PresenceBenchmarks {
             return socket
         }
         // Each subscription is live once its last value arrived.
-        var poller = Poller(sockets)
-        var waiting = Set(0..<count)
-        let deadline = ContinuousClock.now + .seconds(20)
-        while !waiting.isEmpty, ContinuousClock.now < deadline {
-            let ready = try poller.poll(timeout: 100)
-            for index in waiting where ready[index] {
-                while try sockets[index].receiveMessage() != nil {}; waiting.remove(index)
-            }
-        }
-        guard waiting.isEmpty else { throw BenchError("\(waiting.count) subscribers never got the last value") }
-        // Every subscription sent the last value to all earlier subscribers too: drain until all is quiet.
-        while try poller.poll(timeout: 200).contains(true) {
-            for socket in sockets { while try socket.receiveMessage() != nil {} }
-        }
+        try FanOut.awaitLastValues(sockets)
         log("fan-out: \(changes) changes to \(count) subscribers")
-        var perDelivery = LatencyHistogram()
-        var toAll = LatencyHistogram()
-        var missed = 0
-        for _ in 0..<changes {
-            let stamp = monotonicNanoseconds()
-            try pipeline.send(Self.timedChange(session, stamp: stamp))
-            var pending = Set(0..<count)
-            var last = stamp
-            let limit = ContinuousClock.now + .seconds(5)
-            while !pending.isEmpty, ContinuousClock.now < limit {
-                let ready = try poller.poll(timeout: 100)
-                for index in pending where ready[index] {
-                    // Each delivery is timed on its own, and only this change's record counts.
-                    while let (frames, _) = try sockets[index].receiveMessage() {
-                        let now = monotonicNanoseconds()
-                        guard frames.count == 2, LatencySubscriber.sendTimes(in: frames[1].bytes).contains(stamp) else {
-                            continue
-                        }
-                        perDelivery.record(microseconds: (now - stamp) / 1_000)
-                        last = max(last, now)
-                        pending.remove(index)
-                    }
-                }
-            }
-            missed += pending.count
-            toAll.record(microseconds: (last - stamp) / 1_000)
-            try pipeline.drain()
-            Thread.sleep(forTimeInterval: 0.05)
-        }
+        let (perDelivery, toAll, missed) = try FanOut.time(
+            sockets, pipeline: pipeline, session: session, changes: changes
+        )
+        .results
         var figures = perDelivery.figures()
         figures.merge(toAll.figures(prefix: "all_"), uniquingKeysWith: { $1 })
         figures["missed"] = Double(missed)
@@ -378,8 +340,8 @@ final class LatencyExpiryWatcher: Sendable {
             while let (frames, _) = try? socket.receiveMessage(), frames.count == 2 {
                 let now = monotonicNanoseconds()
                 guard contains(frames[1].bytes, marker) else { continue }
-                let topic = String(decoding: frames[0].bytes, as: UTF8.self)
-                let user = String(topic.dropFirst("presence/".count).dropLast())
+                guard case .presence(let id)? = ReceivedTopic(frames[0].bytes)?.topic else { continue }
+                let user = id.rawValue
                 offline.withLock { if $0[user] == nil { $0[user] = now } }
             }
         }

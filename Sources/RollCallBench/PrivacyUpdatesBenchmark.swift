@@ -52,11 +52,11 @@ extension PresenceBenchmarks {
         }
         let contacts = try (1...viewers).map { try follower("u\($0)") }
         log("privacy over ZeroMQ: \(viewers) contacts' keys follow u0")
-        try Self.awaitLastValues(contacts)
+        try FanOut.awaitLastValues(contacts)
 
         var rows: [BenchRow] = []
         func measure(_ id: String, _ scenario: String) throws {
-            let measured = try Self.fanOut(contacts, pipeline: pipeline, session: session, changes: changes)
+            let measured = try FanOut.time(contacts, pipeline: pipeline, session: session, changes: changes)
             var figures = measured.toAll.figures()
             figures.merge(measured.perDelivery.figures(prefix: "delivery_"), uniquingKeysWith: { $1 })
             figures["missed"] = Double(measured.missed)
@@ -76,7 +76,7 @@ extension PresenceBenchmarks {
             "P4.updates-contacts-\(viewers)",
             "the same, u0 `visibility: contacts`, followed by its contacts alone (once for everyone)")
         let outsiders = try (1...max(1, strangers)).map { try follower("s\($0)") }
-        try Self.awaitLastValues(outsiders)
+        try FanOut.awaitLastValues(outsiders)
         try measure(
             "P4.updates-copies-\(viewers)",
             "the same, with \(outsiders.count) strangers' keys following u0 too (a copy per contact)")
@@ -89,53 +89,5 @@ extension PresenceBenchmarks {
         rows[rows.count - 1].figures["leaked"] = Double(leaked)
         rows[rows.count - 1].summary += "; \(leaked) reached the \(outsiders.count) strangers"
         return rows
-    }
-
-    /// Waits until every socket has its first message (the last value of its subscription), for at most 20 s, then
-    /// drops what came.
-    static func awaitLastValues(_ sockets: [Socket]) throws {
-        var waiting = Set(sockets.indices)
-        let deadline = ContinuousClock.now + .seconds(20)
-        var poller = Poller(sockets)
-        while !waiting.isEmpty {
-            guard ContinuousClock.now < deadline else { throw BenchError("\(waiting.count) followers got no record") }
-            for (index, ready) in try poller.poll(timeout: 100).enumerated() where ready {
-                while try sockets[index].receiveMessage(maxFrames: 2) != nil { waiting.remove(index) }
-            }
-        }
-    }
-
-    /// `changes` stamped changes of `session`, each timed to every socket and to the last of them.
-    static func fanOut(_ sockets: [Socket], pipeline: RequestPipeline, session: String, changes: Int) throws -> (
-        perDelivery: LatencyHistogram, toAll: LatencyHistogram, missed: Int
-    ) {
-        var perDelivery = LatencyHistogram()
-        var toAll = LatencyHistogram()
-        var missed = 0
-        var poller = Poller(sockets)
-        for _ in 0..<changes {
-            let stamp = monotonicNanoseconds()
-            try pipeline.send(Self.timedChange(session, stamp: stamp))
-            var pending = Set(sockets.indices)
-            var last = stamp
-            let limit = ContinuousClock.now + .seconds(5)
-            let needle = Array("b\(stamp)".utf8)
-            while !pending.isEmpty, ContinuousClock.now < limit {
-                for (index, ready) in try poller.poll(timeout: 100).enumerated() where ready {
-                    while let (frames, _) = try sockets[index].receiveMessage(maxFrames: 2) {
-                        guard frames.count == 2, contains(frames[1].bytes, needle) else { continue }
-                        let now = monotonicNanoseconds()
-                        perDelivery.record(microseconds: (now - stamp) / 1_000)
-                        last = max(last, now)
-                        pending.remove(index)
-                    }
-                }
-            }
-            missed += pending.count
-            toAll.record(microseconds: (last - stamp) / 1_000)
-            try pipeline.drain()
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        return (perDelivery, toAll, missed)
     }
 }

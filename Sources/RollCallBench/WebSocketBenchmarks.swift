@@ -166,34 +166,19 @@ extension PresenceBenchmarks {
     func fanOut(_ sockets: [BenchWebSocket], pipeline: RequestPipeline, session: String, changes: Int) throws -> (
         perDelivery: LatencyHistogram, toAll: LatencyHistogram, missed: Int
     ) {
-        var perDelivery = LatencyHistogram()
-        var toAll = LatencyHistogram()
-        var missed = 0
         var fds = sockets.map { pollfd(fd: $0.descriptor, events: Int16(POLLIN), revents: 0) }
-        for _ in 0..<changes {
-            let stamp = monotonicNanoseconds()
-            try pipeline.send(Self.timedChange(session, stamp: stamp))
-            var pending = Set(0..<sockets.count)
-            var last = stamp
-            let limit = ContinuousClock.now + .seconds(5)
+        return try FanOut.time(receivers: sockets.count, pipeline: pipeline, session: session, changes: changes) {
+            pending, stamp in
+            guard poll(&fds, nfds_t(fds.count), 100) > 0 else { return [] }
             let needle = Array("b\(stamp)".utf8)
-            while !pending.isEmpty, ContinuousClock.now < limit {
-                guard poll(&fds, nfds_t(fds.count), 100) > 0 else { continue }
-                for index in pending where fds[index].revents != 0 {
-                    for frame in try sockets[index].receive(count: 1_000, timeout: 0) where contains(frame, needle) {
-                        let now = monotonicNanoseconds()
-                        perDelivery.record(microseconds: (now - stamp) / 1_000)
-                        last = max(last, now)
-                        pending.remove(index)
-                    }
+            var arrived: [(index: Int, at: UInt64)] = []
+            for index in pending where fds[index].revents != 0 {
+                for frame in try sockets[index].receive(count: 1_000, timeout: 0) where contains(frame, needle) {
+                    arrived.append((index, monotonicNanoseconds()))
                 }
             }
-            missed += pending.count
-            toAll.record(microseconds: (last - stamp) / 1_000)
-            try pipeline.drain()
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        return (perDelivery, toAll, missed)
+            return arrived
+        }.results
     }
 
     func freePort() throws -> Int {

@@ -124,7 +124,9 @@ public final class GroupWatch {
                 1, Int(left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000))
             guard try poller.poll(timeout: wait)[0] else { break }
             while let (frames, _) = try socket.receiveMessage() {
-                guard frames.count == 2, let update = try? Codec.decodeGroupUpdate(frames[1].bytes), !update.deleted
+                // A viewer's copy (protocol §8.2.1) is not this watch's: it sees the truth.
+                guard frames.count == 2, ReceivedTopic(frames[0].bytes)?.isFor(nil) == true,
+                    let update = try? Codec.decodeGroupUpdate(frames[1].bytes), !update.deleted
                 else { continue }
                 seen.append(update.counts)
                 if matching(update.counts) { return update.counts }

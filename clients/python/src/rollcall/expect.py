@@ -93,6 +93,7 @@ class Watch:
 
     It returns once the broker has sent each user's current record, so nothing published afterwards is missed.
     Records are kept per user with the seq rule (protocol §9.4): repeats of a record already seen are dropped.
+    ``viewer`` is the user the broker's CURVE key is bound to, when it is a ``user`` key (see `Subscriber`).
     """
 
     def __init__(
@@ -210,12 +211,13 @@ class GroupWatch:
         *,
         members: Optional[Sequence[str]] = None,
         timeout: float = 5.0,
+        viewer: Optional[str] = None,
     ) -> None:
         update_endpoint = broker.update
         self.broker = broker
         self.group = group
         self.definition: Optional[Record] = None
-        self._subscriber = Subscriber(update_endpoint, curve=broker.curve)
+        self._subscriber = Subscriber(update_endpoint, curve=broker.curve, viewer=viewer)
         self._stream = _Stream()
         self._subscriber.subscribe_groups(group)
         deadline = time.monotonic() + timeout
