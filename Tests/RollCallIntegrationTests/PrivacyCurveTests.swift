@@ -9,17 +9,23 @@ extension Integration {
     /// Who may see whom over the command endpoint with real CURVE keys (docs/privacy.md).
     @Suite("Privacy over CURVE")
     struct PrivacyCurveTests {
+        /// Runs `body` with a CURVE broker where each of `users` has a key bound to that user, `op` an operator's
+        /// key and `reader` a reader's.
+        func withUserKeys<T>(
+            _ users: [String], _ body: (InProcessBroker, TestKeys) async throws -> T
+        ) async throws -> T {
+            let keys = try TestKeys(names: users + ["op", "reader"])
+            let table = try keys.authorizedKeys(
+                users.map { ($0, "user \($0)") } + [("op", "operator"), ("reader", "reader")])
+            return try await withBroker({
+                $0.curve = CurveSettings(secretKey: keys.server.secretKey, authorizedKeys: table)
+            }) { try await body($0, keys) }
+        }
+
         /// A contacts-only user: a contact's key reads the truth, a stranger's key the record of a bye; operator and
         /// reader keys the truth; a user key may not edit contacts nor another user's policy, and nothing changes.
         @Test func contactsOnlyUserInQuery() async throws {
-            let keys = try TestKeys("alice", "bob", "zoe", "op", "reader")
-            let table = try keys.authorizedKeys([
-                ("alice", "user alice"), ("bob", "user bob"), ("zoe", "user zoe"), ("op", "operator"),
-                ("reader", "reader"),
-            ])
-            try await withBroker({
-                $0.curve = CurveSettings(secretKey: keys.server.secretKey, authorizedKeys: table)
-            }) { broker in
+            try await withUserKeys(["alice", "bob", "zoe"]) { broker, keys in
                 var clients: [String: CommandClient] = [:]
                 for name in ["alice", "bob", "zoe", "op", "reader"] {
                     clients[name] = try CommandClient(endpoint: broker.command, credentials: keys.credentials(name))
@@ -53,14 +59,7 @@ extension Integration {
         /// the truth, and every copy, which a subscriber not addressed drops. Each "nothing" is proved by a marker: a
         /// change of a public user published after it, which comes on the same connection, in order.
         @Test func contactsOnlyUserOnTheUpdateSocket() async throws {
-            let keys = try TestKeys("alice", "bob", "zoe", "pat", "max", "op", "reader")
-            let table = try keys.authorizedKeys([
-                ("alice", "user alice"), ("bob", "user bob"), ("zoe", "user zoe"), ("pat", "user pat"),
-                ("max", "user max"), ("op", "operator"), ("reader", "reader"),
-            ])
-            try await withBroker({
-                $0.curve = CurveSettings(secretKey: keys.server.secretKey, authorizedKeys: table)
-            }) { broker in
+            try await withUserKeys(["alice", "bob", "zoe", "pat", "max"]) { broker, keys in
                 let op = try CommandClient(endpoint: broker.command, credentials: keys.credentials("op"))
                 let (alice, pat, max) = ("alice".id, "pat".id, "max".id)
                 var sessions: [UserID: SessionID] = [:]
@@ -131,13 +130,7 @@ extension Integration {
         /// shows her as she is; zoe, taken out of the group, receives nothing of it after the message that takes her
         /// out (the marker: a change of max, who is in no group, published after carol got the next group message).
         @Test func groupWithABlockedMemberOnTheUpdateSocket() async throws {
-            let keys = try TestKeys("bob", "carol", "zoe", "op")
-            let table = try keys.authorizedKeys([
-                ("bob", "user bob"), ("carol", "user carol"), ("zoe", "user zoe"), ("op", "operator"),
-            ])
-            try await withBroker({
-                $0.curve = CurveSettings(secretKey: keys.server.secretKey, authorizedKeys: table)
-            }) { broker in
+            try await withUserKeys(["bob", "carol", "zoe"]) { broker, keys in
                 let op = try CommandClient(endpoint: broker.command, credentials: keys.credentials("op"))
                 let (alice, max, team) = ("alice".id, "max".id, "team".group)
                 var sessions: [UserID: SessionID] = [:]

@@ -14,7 +14,9 @@ struct TestKeys {
     let server: (publicKey: String, secretKey: String)
     private(set) var pairs: [String: (publicKey: String, secretKey: String)] = [:]
 
-    init(_ names: String...) throws {
+    init(_ names: String...) throws { try self.init(names: names) }
+
+    init(names: [String]) throws {
         server = try Curve.keyPair()
         for name in names { pairs[name] = try Curve.keyPairForKeyFiles() }
     }
