@@ -29,17 +29,21 @@ struct BrokerMachineClusterLogTests {
             PresenceCore.SessionDescription(user: user.id, status: status), at: BrokerTime(milliseconds: time))
     }
 
+    /// Revision 40: carol online, bob online, carol busy.
+    static let carolTwiceInRevision40: [ClusterReplica.Change] = [
+        .sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40),
+        .sessionPut(Self.session("2"), value: Self.value("bob", .online, at: 10), revision: 40),
+        .sessionPut(Self.session("1"), value: Self.value("carol", .busy, at: 10), revision: 40),
+    ]
+
     /// Each change is numbered by its revision and its place in it; a user changed twice in one revision has one
     /// entry (the revision's last record, which is what the node publishes), at the offset of the first change.
     @Test func offsetsComeFromRevisionsAndPlaces() {
         var node = Self.node()
         node.machine.applyClusterChanges(
-            [
-                .sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40),
-                .sessionPut(Self.session("2"), value: Self.value("bob", .online, at: 10), revision: 40),
-                .sessionPut(Self.session("1"), value: Self.value("carol", .busy, at: 10), revision: 40),
-                .sessionPut(Self.session("2"), value: Self.value("bob", .away, at: 11), revision: 41),
-            ], now: node.now)
+            Self.carolTwiceInRevision40
+                + [.sessionPut(Self.session("2"), value: Self.value("bob", .away, at: 11), revision: 41)],
+            now: node.now)
         let (_, entries) = node.machine.takeLog()
         let place = { (revision: Int64, ordinal: Int) in UInt64(revision) << 20 | UInt64(ordinal) }
         #expect(entries.map(\.offset) == [place(40, 0), place(40, 1), place(41, 0)])
@@ -121,12 +125,7 @@ struct BrokerMachineClusterLogTests {
     /// change's offset at the last change's place.
     @Test func aRevisionsRecordsGoOutInOffsetOrder() {
         var node = Self.node()
-        node.machine.applyClusterChanges(
-            [
-                .sessionPut(Self.session("1"), value: Self.value("carol", .online, at: 10), revision: 40),
-                .sessionPut(Self.session("2"), value: Self.value("bob", .online, at: 10), revision: 40),
-                .sessionPut(Self.session("1"), value: Self.value("carol", .busy, at: 10), revision: 40),
-            ], now: node.now)
+        node.machine.applyClusterChanges(Self.carolTwiceInRevision40, now: node.now)
         let published = node.published()
         #expect(published.map(\.user) == ["carol".id, "bob".id])
         #expect(published.map(\.offset) == [40 << 20, 40 << 20 | 1])
