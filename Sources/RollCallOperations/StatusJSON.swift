@@ -51,6 +51,10 @@ enum StatusJSON {
         }
         writer.key("last_error")
         if let error = row.lastError { writer.string(error) } else { writer.null() }
+        writer.key("delivering")
+        writer.bool(row.delivering)
+        writer.key("holder")
+        if let holder = row.holder { writer.string(holder) } else { writer.null() }
         writer.endObject()
     }
 

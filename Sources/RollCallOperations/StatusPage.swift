@@ -67,7 +67,9 @@ enum StatusPage {
         function webhook(w) {
           const tr = document.createElement("tr");
           const state = w.failures === 0 ? "ok" : "failing (" + w.failures + " attempts: " + (w.last_error || "") + ")";
-          for (const [text, dot] of [[w.url, w.failures === 0 ? "online" : "busy"], [w.type, null],
+          const by = w.delivering ? (w.holder ? "delivered here (" + w.holder + ")" : "")
+                                  : "delivered by " + (w.holder || "a node etcd cannot name now");
+          for (const [text, dot] of [[w.url, w.failures === 0 ? "online" : "busy"], [w.type, null], [by, null],
                                      [w.pending.toLocaleString() + " pending", null],
                                      ["after offset " + w.acknowledged, null],
                                      [w.delivered_batches.toLocaleString() + " batches", null],

@@ -15,11 +15,18 @@ public struct WebhookRow: Equatable, Sendable {
     /// Failed attempts of the batch in flight: 0 while the URL is healthy.
     public var failures: Int
     public var lastError: String?
+    /// Whether this broker delivers the URL now: on a cluster, one node at a time does.
+    public var delivering: Bool
+    /// The node that delivers it, on a cluster (`<node>/<lease>`, this one's included); `nil` on a single broker, or
+    /// while etcd cannot say.
+    public var holder: String?
 
     public init(
         url: String, type: String, acknowledged: UInt64, pending: Int, deliveredBatches: Int, skippedBatches: Int,
-        trimmedGaps: Int = 0, failures: Int, lastError: String?
+        trimmedGaps: Int = 0, failures: Int, lastError: String?, delivering: Bool = true, holder: String? = nil
     ) {
+        self.delivering = delivering
+        self.holder = holder
         self.trimmedGaps = trimmedGaps
         self.url = url
         self.type = type

@@ -32,20 +32,24 @@ final class ClusterWebhookCursors: WebhookCursorStore {
     private func ownerKey(_ url: String) -> String { prefix + "owner/" + url }
     private func cursorKey(_ url: String) -> String { prefix + "cursor/" + url }
 
-    /// The owner key's create revision while this node holds it (taking it if it is absent): a key taken anew
-    /// (over, or back after another node held it) has a new one.
-    func deliveryTerm(for url: String) -> UInt64? {
-        guard let me = incarnation() else { return nil }
+    /// The owner key's create revision as the term while this node holds it (taking it if it is absent): a key
+    /// taken anew (over, or back after another node held it) has a new one. The holder is the key's value, the
+    /// holding node's incarnation.
+    func deliveryRight(for url: String) -> DeliveryRight {
+        guard let me = incarnation() else { return .unknown }
         let owner = ownerKey(url)
         do {
             if let held = try client.range(owner).kvs.first {
-                return held.value == me.description ? UInt64(max(0, held.createRevision)) : nil
+                let mine = held.value == me.description
+                return DeliveryRight(term: mine ? UInt64(max(0, held.createRevision)) : nil, holder: held.value)
             }
             let taken = try client.txn(
                 compare: [.absent(owner)], success: [.put(key: owner, value: me.description, lease: me.lease)])
-            return taken.succeeded ? UInt64(max(0, taken.revision)) : nil
+            // Taken by another node in between: who, the next ask reads.
+            return taken.succeeded
+                ? DeliveryRight(term: UInt64(max(0, taken.revision)), holder: me.description) : .unknown
         } catch {
-            return nil  // etcd cannot say: deliver nothing rather than risk two nodes at once
+            return .unknown  // etcd cannot say: deliver nothing rather than risk two nodes at once
         }
     }
 

@@ -179,6 +179,7 @@ extension WebhookRow {
         self.init(
             url: state.url, type: type, acknowledged: state.acknowledged, pending: state.pending,
             deliveredBatches: state.deliveredBatches, skippedBatches: state.skippedBatches,
-            trimmedGaps: state.trimmedGaps, failures: state.failures, lastError: state.lastError)
+            trimmedGaps: state.trimmedGaps, failures: state.failures, lastError: state.lastError,
+            delivering: state.delivering, holder: state.holder)
     }
 }

@@ -5,6 +5,8 @@ public final class BrokerProcess {
     public let pid: Int32
     public let command: String
     public let update: String
+    /// The operations endpoint's `HOST:PORT`, when `--http-endpoint` was among the arguments.
+    public let http: String?
     /// What the broker logged up to `broker started`, such as `contacts file read` with its `ms`.
     public let startLog: String
     private let process: Process
@@ -24,17 +26,21 @@ public final class BrokerProcess {
         try process.run()
         self.process = process
         pid = process.processIdentifier
-        // Read the start-up line, then let the rest of the log drain into nothing.
+        // Read the start-up lines (the operations endpoint's too, if asked for: it may come after the broker's),
+        // then let the rest of the log drain into nothing.
+        let wantsHTTP = arguments.contains("--http-endpoint")
         var log = ""
         let deadline = Date().addingTimeInterval(startTimeout)
-        while !log.contains("broker started"), Date() < deadline {
+        while !log.contains("broker started") || (wantsHTTP && !log.contains("http endpoint listening")),
+            Date() < deadline
+        {
             let data = stderr.fileHandleForReading.availableData
             if data.isEmpty { break }
             log += String(decoding: data, as: UTF8.self)
         }
         PipeReading.start(stderr.fileHandleForReading, name: "broker stderr") { _ in }
-        func endpoint(_ key: String) throws -> String {
-            guard let range = log.range(of: "\(key)=tcp://[0-9.]+:[0-9]+", options: .regularExpression) else {
+        func endpoint(_ key: String, _ pattern: String = "tcp://[0-9.]+:[0-9]+") throws -> String {
+            guard let range = log.range(of: "\(key)=\(pattern)", options: .regularExpression) else {
                 process.terminate()
                 throw SupportError("the broker did not start: \(log)")
             }
@@ -43,6 +49,7 @@ public final class BrokerProcess {
         startLog = log
         command = try endpoint("command")
         update = try endpoint("update")
+        http = wantsHTTP ? try endpoint("http", "[0-9.]+:[0-9]+") : nil
     }
 
     /// CPU seconds the broker has used so far (user + system).

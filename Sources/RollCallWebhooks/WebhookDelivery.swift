@@ -29,6 +29,8 @@ public final class WebhookDelivery: Service, Sendable {
     /// Where the cursor store's calls run: they block (SQLite, or etcd on a cluster, seconds while it is away), and
     /// Swift Concurrency's two shared threads must not wait for them.
     private let storeQueue = DispatchQueue(label: "rollcall-webhook-cursors")
+    /// Where the log's reads run, for the same reason: a slow disk holds this queue, not one of those two threads.
+    private let logQueue = DispatchQueue(label: "rollcall-webhook-log")
 
     /// `unixSeconds` gives `webhook-timestamp` (the wall clock: receivers compare it with theirs, so it is not the
     /// broker's clock, which test mode moves); `jitter` gives each retry's jitter in 0...1. `brokerNow` is the
@@ -61,7 +63,7 @@ public final class WebhookDelivery: Service, Sendable {
         // A URL configured for the first time starts at the newest entry as of now, before the broker runs, so that
         // every transition after the start is delivered; a store that fails now is tried again by the URL's task. A
         // node of a cluster, which has not joined yet, claims it when it first takes the URL.
-        for url in urls where cursors.deliveryTerm(for: url.cursorKey) != nil { _ = try? claimCursor(url) }
+        for url in urls where cursors.deliveryRight(for: url.cursorKey).term != nil { _ = try? claimCursor(url) }
     }
 
     /// New entries were committed to the log: every URL reads it now instead of at its next poll. Safe and cheap
@@ -112,18 +114,22 @@ public final class WebhookDelivery: Service, Sendable {
             // Not again at once after the URL was lost: a store that keeps refusing must not make a busy loop.
             if !first { await pause(url) }
             first = false
-            var term = await deliveryTerm(url)
-            while !isStopping, term == nil {
+            var right = await deliveryRight(url)
+            while !isStopping, right.term == nil {
                 url.update {
                     $0.delivering = false
+                    $0.holder = right.holder
                     $0.pending = 0  // another node's to count
                 }
                 url.metrics.pending.record(0)
                 await pause(url)
-                term = await deliveryTerm(url)
+                right = await deliveryRight(url)
             }
-            guard let term, !isStopping else { return }
-            url.update { $0.delivering = true }
+            guard let term = right.term, !isStopping else { return }
+            url.update {
+                $0.delivering = true
+                $0.holder = right.holder
+            }
             await deliverWhileAllowed(url, term: term, client: client)
         }
     }
@@ -134,14 +140,23 @@ public final class WebhookDelivery: Service, Sendable {
         while !isStopping, ContinuousClock.now < until { await url.wake.wait(until: until) }
     }
 
-    /// ``WebhookCursorStore/deliveryTerm(for:)``, on the store's queue.
-    private func deliveryTerm(_ url: URLDelivery) async -> UInt64? {
-        await offStore { [cursors] in cursors.deliveryTerm(for: url.cursorKey) }
+    /// ``WebhookCursorStore/deliveryRight(for:)``, on the store's queue.
+    private func deliveryRight(_ url: URLDelivery) async -> DeliveryRight {
+        await offStore { [cursors] in cursors.deliveryRight(for: url.cursorKey) }
     }
 
     /// Runs a blocking call of the cursor store on its own queue.
     private func offStore<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { continuation in storeQueue.async { continuation.resume(returning: body()) } }
+        await Self.run(on: storeQueue, body)
+    }
+
+    /// Runs a blocking read of the log on its own queue.
+    private func offLog<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await Self.run(on: logQueue, body)
+    }
+
+    private static func run<T: Sendable>(on queue: DispatchQueue, _ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in queue.async { continuation.resume(returning: body()) } }
     }
 
     /// One URL's loop, the machine's shell, from the saved cursor until the cursor store stops letting this broker
@@ -175,14 +190,16 @@ public final class WebhookDelivery: Service, Sendable {
             // seen by the next check, past what was read by then).
             if url.stream == .changes, ContinuousClock.now >= nextTrimCheck {
                 nextTrimCheck = .now + .seconds(1)
-                if let trimmed = try? source.trimmedThrough(), trimmed > max(machine.readThrough, reportedTrim) {
+                let trimmed = await offLog { try? source.trimmedThrough() }
+                if let trimmed, trimmed > max(machine.readThrough, reportedTrim) {
                     reportedTrim = trimmed
                     reportTrimmed(after: machine.readThrough, through: trimmed, url, logger: logger)
                 }
             }
             if machine.room > 0 {
+                let (after, limit) = (machine.readThrough, machine.room)
                 do {
-                    let entries = try source.events(after: machine.readThrough, limit: machine.room)
+                    let entries = try await offLog { Result { try source.events(after: after, limit: limit) } }.get()
                     machine.received(entries, now: .now)
                     if readFailing { logger.notice("webhook: the log can be read again") }
                     readFailing = false
@@ -194,7 +211,8 @@ public final class WebhookDelivery: Service, Sendable {
             }
             if url.stream == .changes, ContinuousClock.now >= nextCount {
                 nextCount = .now + .seconds(1)
-                if let pending = try? source.count(after: machine.acknowledged) {
+                let acknowledged = machine.acknowledged
+                if let pending = await offLog({ try? source.count(after: acknowledged) }) {
                     url.metrics.pending.record(pending)
                     url.update { $0.pending = pending }
                 }
@@ -205,7 +223,7 @@ public final class WebhookDelivery: Service, Sendable {
                 await url.wake.wait(until: deadline)
             case .send(let batch, var save):
                 // Taken over since (or lost and taken back): the cursor is the last holder's now.
-                guard await deliveryTerm(url) == term else {
+                guard await deliveryRight(url).term == term else {
                     logger.notice("webhook: this node no longer delivers the URL as it did; starting from its cursor")
                     return
                 }
@@ -386,6 +404,9 @@ extension WebhookDelivery {
         public var lastError: String?
         /// Whether this broker delivers the URL now (on a cluster, one node at a time does).
         public var delivering = true
+        /// Which node delivers it, as the cursor store last said (on a cluster, `<node>/<lease>`); `nil` on a single
+        /// broker, or while the store cannot say.
+        public var holder: String?
     }
 
     /// What a URL's task shares: its wake-up, its metrics and its state.

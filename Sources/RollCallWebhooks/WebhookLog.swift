@@ -51,17 +51,37 @@ public protocol WebhookCursorStore: Sendable {
     /// The cursor saved for `url`, `nil` if none was (a URL configured for the first time).
     func cursor(for url: String) throws -> WebhookCursor?
     func save(_ cursor: WebhookCursor, for url: String) throws
-    /// Whether this broker delivers `url` now: `nil` if not, else a number that changes each time it takes the URL
-    /// anew. A node of a cluster delivers a URL only while it holds the URL in etcd (docs/webhooks.md, "On a
-    /// cluster"): the others wait, and one that takes the URL (over, or back) starts from the cursor the last holder
-    /// saved. Asked before each batch is sent, and once a second while it is `nil`; a `save` that throws
-    /// ``WebhookDeliveryFenced`` before a batch keeps the batch from being sent.
-    func deliveryTerm(for url: String) -> UInt64?
+    /// Whether this broker delivers `url` now, and which node does. A node of a cluster delivers a URL only while it
+    /// holds the URL in etcd (docs/webhooks.md, "On a cluster"): the others wait, and one that takes the URL (over,
+    /// or back) starts from the cursor the last holder saved. Asked before each batch is sent, and once a second
+    /// while this broker does not deliver the URL; a `save` that throws ``WebhookDeliveryFenced`` before a batch keeps
+    /// the batch from being sent.
+    func deliveryRight(for url: String) -> DeliveryRight
 }
 
 extension WebhookCursorStore {
     /// A single broker delivers every URL, all along.
-    public func deliveryTerm(for url: String) -> UInt64? { 0 }
+    public func deliveryRight(for url: String) -> DeliveryRight { .always }
+}
+
+/// A cursor store's answer to "may this broker deliver the URL now?".
+public struct DeliveryRight: Equatable, Sendable {
+    /// While this broker delivers the URL, a number that changes each time it takes the URL anew; `nil` while it
+    /// does not (another node does, or the store cannot say).
+    public var term: UInt64?
+    /// The node that delivers the URL as the store last saw it (a cluster node's `<node>/<lease>`, this one's
+    /// included); `nil` on a single broker, or while the store cannot say.
+    public var holder: String?
+
+    public init(term: UInt64?, holder: String? = nil) {
+        self.term = term
+        self.holder = holder
+    }
+
+    /// A single broker's: it delivers every URL, all along.
+    public static let always = DeliveryRight(term: 0)
+    /// Nobody here delivers, and the store cannot say who does.
+    public static let unknown = DeliveryRight(term: nil)
 }
 
 /// A cursor store's answer to a save by a broker that no longer delivers the URL (another node of a cluster holds

@@ -20,6 +20,31 @@ extension Integration {
             try cluster.etcd.value(of: "/rollcall/v1/webhooks/owner/" + url).map { String($0.prefix { $0 != "/" }) }
         }
 
+        /// Waits until the status page of each of `nodes` says that node `holder` delivers the URL: as "delivering" on
+        /// the holder's own page, with its name on the others'.
+        static func waitForStatusPages(
+            of cluster: ClusterFixture, nodes: [Int], naming holder: String, of names: [String]
+        ) async throws {
+            func row(_ node: Int) throws -> [String: Any]? {
+                let port = try #require(Int(cluster.nodes[node].http?.split(separator: ":").last ?? ""))
+                let body = try httpGet(port: port, "/api/status").body
+                let status = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]
+                return (status?["webhooks"] as? [[String: Any]])?.first { $0["type"] as? String == "presence.changed" }
+            }
+            var last: [String: Any]?
+            for node in nodes {
+                do {
+                    try await waitFor(seconds: 10) {
+                        last = try? row(node)
+                        return (last?["holder"] as? String)?.hasPrefix(holder + "/") == true
+                            && last?["delivering"] as? Bool == (names[node] == holder)
+                    }
+                } catch {
+                    throw TestFailure("node \(names[node])'s status page: \(String(describing: last))")
+                }
+            }
+        }
+
         /// Two nodes' cursor stores on one etcd: the first to ask holds the URL, and the other may neither deliver it
         /// nor move its cursor; outside its window the holder delivers nothing; once the holder's lease is gone, the
         /// other takes the URL over and reads the cursor the holder saved.
@@ -40,9 +65,12 @@ extension Integration {
             let url = "http://127.0.0.1:9/hook"
             let a = try store("a")
             let b = try store("b")
-            let term = try #require(a.deliveryTerm(for: url))
-            #expect(b.deliveryTerm(for: url) == nil)
-            #expect(a.deliveryTerm(for: url) == term, "asking again keeps it")
+            let first = a.deliveryRight(for: url)
+            let term = try #require(first.term)
+            let aHolds = try #require(serving.withLock { $0["a"] ?? nil }).description
+            #expect(first.holder == aHolds)
+            #expect(b.deliveryRight(for: url) == DeliveryRight(term: nil, holder: aHolds), "b is told who delivers")
+            #expect(a.deliveryRight(for: url) == first, "asking again keeps it")
             try a.save(WebhookCursor(acknowledged: 7, unacknowledgedThrough: 9, unacknowledgedSince: 1_700), for: url)
             #expect(throws: WebhookDeliveryFenced.self) { try b.save(WebhookCursor(acknowledged: 99), for: url) }
             #expect(
@@ -51,10 +79,12 @@ extension Integration {
 
             let held = try #require(serving.withLock { $0["a"] ?? nil })
             serving.withLock { $0["a"] = .some(nil) }  // cut off: it delivers nothing, and saves nothing
-            #expect(a.deliveryTerm(for: url) == nil)
+            #expect(a.deliveryRight(for: url) == .unknown)
             #expect(throws: WebhookDeliveryFenced.self) { try a.save(WebhookCursor(acknowledged: 8), for: url) }
             try client.revoke(lease: held.lease)  // its lease ran out
-            #expect(b.deliveryTerm(for: url).map { $0 != term } == true)
+            let taken = b.deliveryRight(for: url)
+            #expect(taken.term.map { $0 != term } == true)
+            #expect(taken.holder?.hasPrefix("b/") == true)
             #expect(try b.cursor(for: url)?.acknowledged == 7)
             try b.save(WebhookCursor(acknowledged: 9), for: url)
             #expect(try a.cursor(for: url) == WebhookCursor(acknowledged: 9))
@@ -70,12 +100,16 @@ extension Integration {
             let receiver = try WebhookReceiver(secret: secret)
             try await receiver.serve { url in
                 let cluster = try ClusterFixture(
-                    arguments: ["--webhook-url", url, "--webhook-secret-file", path, "--webhook-batch-ms", "10"],
+                    arguments: [
+                        "--webhook-url", url, "--webhook-secret-file", path, "--webhook-batch-ms", "10",
+                        "--http-endpoint", "127.0.0.1:0",
+                    ],
                     dataDirectories: true)
                 let names = ["a", "b", "c"]
                 let holder = try ClusterFixture.until("a node holding the URL") { try Self.owner(of: url, in: cluster) }
                 let killed = try #require(names.firstIndex(of: holder))
                 let survivor = (killed + 1) % 3
+                try await Self.waitForStatusPages(of: cluster, nodes: [0, 1, 2], naming: holder, of: names)
                 let client = try cluster.client(survivor)  // open to the end: its close would end the sessions
                 let alice = try client.hello(.init(user: "alice".id, ttlMilliseconds: 600_000)).session
                 try client.setStatus(alice, .busy, text: "call")
@@ -98,6 +132,8 @@ extension Integration {
                     try Self.owner(of: url, in: cluster).flatMap { $0 == holder ? nil : $0 }
                 }
                 print("cluster webhooks: \(holder) delivered, killed; \(next) took over")
+                let survivors = [0, 1, 2].filter { $0 != killed }
+                try await Self.waitForStatusPages(of: cluster, nodes: survivors, naming: next, of: names)
                 let first = try #require(receiver.deliveredOffsets.min())
                 try await waitFor(seconds: 15) {
                     guard let log = try? logged(), log.count >= 4 else { return false }

@@ -178,11 +178,13 @@ import Testing
                 }
                 #expect(receiver.deliveries.isEmpty)
                 #expect(delivery.states.first?.delivering == false)
+                #expect(delivery.states.first?.holder == "another node", "the status page says who delivers")
                 cursors.set(WebhookCursor(acknowledged: 3), for: url)  // the last holder got through 3
                 cursors.allowed.store(true, ordering: .relaxed)
                 try await waitUntil("4 and 5 delivered", within: .seconds(10)) {
                     receiver.acknowledgedOffsets == [4, 5]
                 }
+                #expect(delivery.states.first?.holder == "this node")
                 cursors.allowed.store(false, ordering: .relaxed)
                 log.append(6...7)
                 delivery.notify()
@@ -272,8 +274,10 @@ final class GatedCursors: WebhookCursorStore {
     /// Sets the cursor as another holder would (no fence).
     func set(_ cursor: WebhookCursor, for url: String) { store.save(cursor, for: url) }
 
-    func deliveryTerm(for url: String) -> UInt64? {
+    func deliveryRight(for url: String) -> DeliveryRight {
         asked.add(1, ordering: .relaxed)
-        return allowed.load(ordering: .relaxed) ? term.load(ordering: .relaxed) : nil
+        return allowed.load(ordering: .relaxed)
+            ? DeliveryRight(term: term.load(ordering: .relaxed), holder: "this node")
+            : DeliveryRight(term: nil, holder: "another node")
     }
 }
