@@ -19,6 +19,10 @@ public struct ClusterBenchmark {
         public var leaseMs = 2_000
         /// Whether each node has a data directory, and so keeps the presence log (docs/history.md, "On a cluster").
         public var nodesKeepLogs = false
+        /// Whether every node is given a webhook URL (a receiver in this process), one of them delivering it
+        /// (docs/webhooks.md, "On a cluster"); needs `nodesKeepLogs`. The burst's CPU is then counted until the
+        /// receiver has every change, and C4 gives the delivered events per second.
+        public var webhooks = false
 
         public init() {}
 
@@ -36,6 +40,8 @@ public struct ClusterBenchmark {
     let executable: String
     let parameters: Parameters
     let log: (String) -> Void
+    /// The receiver every node is given, while measured with webhooks.
+    private var webhooks: (url: String, secretFile: String, receiver: PresenceBenchmarks.WebhookReceiver)?
 
     public init(executable: String, parameters: Parameters, log: @escaping (String) -> Void) {
         self.executable = executable
@@ -43,7 +49,21 @@ public struct ClusterBenchmark {
         self.log = log
     }
 
-    public func run() throws -> [BenchRow] {
+    public func run() async throws -> [BenchRow] {
+        guard parameters.webhooks else { return try measure() }
+        guard parameters.nodesKeepLogs else { throw BenchError("webhooks need the presence log: --logs") }
+        let receiver = PresenceBenchmarks.WebhookReceiver()
+        return try await receiver.serve { url in
+            let secretFile = PresenceBenchmarks.temporaryDirectory() + ".secret"
+            defer { try? FileManager.default.removeItem(atPath: secretFile) }
+            try PresenceBenchmarks.WebhookReceiver.writeSecret(to: secretFile)
+            var bench = self
+            bench.webhooks = (url, secretFile, receiver)
+            return try bench.measure()
+        }
+    }
+
+    private func measure() throws -> [BenchRow] {
         log("starting a three-member etcd")
         let etcd = try EtcdCluster(members: 3, inMemory: false)
         defer { etcd.shutdown() }
@@ -60,6 +80,9 @@ public struct ClusterBenchmark {
                 "--cluster", etcd.clusterURL, "--node-id", "n\(index)", "--node-lease-ms", "\(parameters.leaseMs)",
             ]
             if parameters.nodesKeepLogs { arguments += ["--data-dir", logs.appendingPathComponent("n\(index)").path] }
+            if let webhooks {
+                arguments += ["--webhook-url", webhooks.url, "--webhook-secret-file", webhooks.secretFile]
+            }
             nodes.append(try BrokerProcess(executable: executable, arguments: arguments))
         }
         for node in nodes { try waitUntilLive(node) }
@@ -81,10 +104,12 @@ public struct ClusterBenchmark {
                     + "(n=\(across.count))",
                 histogram: across.distribution))
 
-        let burstAlone = try burst(command: single.command, update: single.update, prefix: "s", cpu: [single.pid])
+        let burstAlone = try burst(
+            command: single.command, update: single.update, prefix: "s", cpu: [single.pid], webhooks: nil)
         let etcdPIDs = etcd.members.compactMap(\.pid)
         let burstAcross = try burst(
-            command: nodes[0].command, update: nodes[1].update, prefix: "c", cpu: nodes.map(\.pid) + etcdPIDs)
+            command: nodes[0].command, update: nodes[1].update, prefix: "c", cpu: nodes.map(\.pid) + etcdPIDs,
+            webhooks: webhooks?.receiver)
         // CPU per 1,000 changes: the brokers' (the first pids) and etcd's (the rest).
         let perThousand = { (seconds: Double) in seconds / Double(max(1, parameters.burstChanges)) * 1_000 }
         let nodeCPU = burstAcross.cpu.prefix(nodes.count).reduce(0, +)
@@ -106,7 +131,19 @@ public struct ClusterBenchmark {
                     + "single broker \(n(burstAlone.perSecond))/s (\(n(Double(burstAlone.received))) received); "
                     + "CPU per 1,000 changes: the three nodes \(f(perThousand(nodeCPU) * 1_000, 0)) ms, "
                     + "etcd \(f(perThousand(etcdCPU) * 1_000, 0)) ms, single broker "
-                    + "\(f(perThousand(burstAlone.cpu.reduce(0, +)) * 1_000, 0)) ms"))
+                    + "\(f(perThousand(burstAlone.cpu.reduce(0, +)) * 1_000, 0)) ms"
+                    + (webhooks == nil ? "" : " (the cluster's counted until the receiver had every change)")))
+        if let delivered = burstAcross.webhooks {
+            rows.append(
+                BenchRow(
+                    id: "C4.webhooks",
+                    scenario:
+                        "the burst's changes POSTed to one webhook URL that every node is given, one node delivering it, default batching",
+                    figures: ["per_second": delivered.perSecond, "events": Double(delivered.events)],
+                    summary:
+                        "\(n(delivered.perSecond)) events/s delivered (\(n(Double(delivered.events))) of \(n(Double(parameters.burstChanges))))"
+                ))
+        }
 
         let death = try nodeDeath(nodes: nodes)
         rows.append(
@@ -168,16 +205,20 @@ public struct ClusterBenchmark {
     }
 
     /// Changes as fast as the pipeline takes them, counted to the last delivery.
-    /// `cpu`: processes whose CPU time over the burst is returned, in order.
+    /// `cpu`: processes whose CPU time over the burst is returned, in order; with `webhooks`, counted until that
+    /// receiver has every change too.
     private func burst(
-        command: String, update: String, prefix: String, cpu pids: [Int32]
-    ) throws -> (perSecond: Double, received: Int, cpu: [Double]) {
+        command: String, update: String, prefix: String, cpu pids: [Int32],
+        webhooks receiver: PresenceBenchmarks.WebhookReceiver?
+    ) throws -> (perSecond: Double, received: Int, cpu: [Double], webhooks: (events: Int, perSecond: Double)?) {
         let users = (0..<parameters.users).map { "\(prefix)burst\($0)" }
         let pipeline = try RequestPipeline(endpoint: command)
         let sessions = try pipeline.openSessions(users: users)
         let subscriber = try LatencySubscriber(endpoint: update, topics: ["presence/\(prefix)burst"])
-        // Every user's hello arrives first (the cluster publishes it once it came back from etcd).
+        // Every user's hello arrives first (the cluster publishes it once it came back from etcd), and every webhook
+        // event so far (a second without one).
         let opened = waitFor(subscriber, count: users.count)
+        let eventsBefore = receiver.map { $0.waitForEvents(.max, quiet: .seconds(1)) } ?? 0
         let cpuBefore = pids.map(ProcessStats.cpuSeconds(pid:))
         let start = monotonicNanoseconds()
         for index in 0..<parameters.burstChanges {
@@ -185,12 +226,18 @@ public struct ClusterBenchmark {
         }
         try pipeline.drain()
         let total = waitFor(subscriber, count: opened + parameters.burstChanges)
+        let delivered = receiver.map { $0.waitForEvents(eventsBefore + parameters.burstChanges, quiet: .seconds(10)) }
         let cpu = zip(pids.map(ProcessStats.cpuSeconds(pid:)), cpuBefore).map { $0 - $1 }
         let measured = subscriber.stop()
         let received = total - opened
         let seconds = Double(measured.lastArrival > start ? measured.lastArrival - start : 1) / 1e9
         log("burst \(prefix): \(received) of \(parameters.burstChanges) in \(f(seconds, 3)) s")
-        return (Double(received) / seconds, received, cpu)
+        let webhooks = receiver.map { receiver in
+            let events = (delivered ?? 0) - eventsBefore
+            let lastArrival = receiver.snapshot.lastArrival
+            return (events, Double(events) / (Double(lastArrival > start ? lastArrival - start : 1) / 1e9))
+        }
+        return (Double(received) / seconds, received, cpu, webhooks)
     }
 
     /// Kills the third node with its sessions and times their end on the first.

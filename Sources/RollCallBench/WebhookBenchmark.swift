@@ -27,6 +27,28 @@ extension PresenceBenchmarks {
 
         func reset() { state.withLock { $0 = State() } }
 
+        /// Writes a new `whsec_` secret of 32 random bytes to `path`, for `--webhook-secret-file`.
+        static func writeSecret(to path: String) throws {
+            var key = [UInt8](repeating: 0, count: 32)
+            for index in key.indices { key[index] = UInt8.random(in: 0...255) }
+            try Data(("whsec_" + Data(key).base64EncodedString()).utf8).write(to: URL(fileURLWithPath: path))
+        }
+
+        /// Waits until `count` events came, or none for `quiet`; returns how many came.
+        func waitForEvents(_ count: Int, quiet: Duration) -> Int {
+            var last = events
+            var lastChange = ContinuousClock.now
+            while events < count {
+                Thread.sleep(forTimeInterval: 0.005)
+                if events != last {
+                    (last, lastChange) = (events, ContinuousClock.now)
+                } else if ContinuousClock.now - lastChange > quiet {
+                    break
+                }
+            }
+            return events
+        }
+
         func handle(_ request: Request) async throws -> Response {
             let body = try await request.body.collect(upTo: 1 << 24)
             let now = monotonicNanoseconds()
@@ -92,9 +114,7 @@ extension PresenceBenchmarks {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             let secretFile = directory + ".secret"
             defer { try? FileManager.default.removeItem(atPath: secretFile) }
-            var key = [UInt8](repeating: 0, count: 32)
-            for index in key.indices { key[index] = UInt8.random(in: 0...255) }
-            try Data(("whsec_" + Data(key).base64EncodedString()).utf8).write(to: URL(fileURLWithPath: secretFile))
+            try WebhookReceiver.writeSecret(to: secretFile)
             var configured = bench
             configured.brokerArguments += [
                 "--data-dir", directory, "--webhook-url", url, "--webhook-secret-file", secretFile,

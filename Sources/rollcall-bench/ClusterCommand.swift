@@ -18,12 +18,15 @@ struct ClusterBench: AsyncParsableCommand {
     @Option(help: "Write the rows as JSON to this file.") var json: String?
     @Flag(help: "Give each node a data directory, so that it keeps the presence log (docs/history.md).")
     var logs = false
+    @Flag(help: "Also give every node a webhook URL (a receiver in this process); implies --logs (docs/webhooks.md).")
+    var webhooks = false
 
     func run() async throws {
         var parameters = smoke ? ClusterBenchmark.Parameters.smoke : ClusterBenchmark.Parameters()
         if !smoke { parameters.burstChanges = changes }
-        parameters.nodesKeepLogs = logs
-        let rows = try ClusterBenchmark(executable: brokerExecutable(), parameters: parameters) { line in
+        parameters.nodesKeepLogs = logs || webhooks
+        parameters.webhooks = webhooks
+        let rows = try await ClusterBenchmark(executable: brokerExecutable(), parameters: parameters) { line in
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
         }.run()
         for row in rows where row.histogram != nil {
