@@ -35,19 +35,7 @@ extension PresenceBenchmarks {
         }
 
         /// Waits until `count` events came, or none for `quiet`; returns how many came.
-        func waitForEvents(_ count: Int, quiet: Duration) -> Int {
-            var last = events
-            var lastChange = ContinuousClock.now
-            while events < count {
-                Thread.sleep(forTimeInterval: 0.005)
-                if events != last {
-                    (last, lastChange) = (events, ContinuousClock.now)
-                } else if ContinuousClock.now - lastChange > quiet {
-                    break
-                }
-            }
-            return events
-        }
+        func waitForEvents(_ count: Int, quiet: Duration) -> Int { waitForCount(count, quiet: quiet) { events } }
 
         func handle(_ request: Request) async throws -> Response {
             let body = try await request.body.collect(upTo: 1 << 24)

@@ -1,6 +1,7 @@
 import RollCallBroker
 import RollCallCluster
 import RollCallWebhooks
+import Synchronization
 
 /// Webhook delivery's cursors on a node of a cluster (docs/webhooks.md, "On a cluster"): one node delivers each URL
 /// at a time, the one whose lease holds the URL's key in etcd, and each URL's cursor is kept in etcd, so that the node
@@ -9,16 +10,20 @@ import RollCallWebhooks
 ///
 /// - `owner/<url>`: the delivering node's incarnation, put under its lease; taken by the first node that asks while
 ///   it is absent, and gone with that node's lease.
-/// - `cursor/<url>`: the URL's ``WebhookCursor``, written only while the writer holds `owner/<url>` (one
-///   transaction), so that a node that lost the URL cannot move it.
+/// - `cursor/<url>`: the URL's ``WebhookCursor``, written only while the writer holds `owner/<url>` as it took it
+///   (one transaction comparing the key's value and create revision), so that a node that lost the URL, even if it
+///   took it back since, cannot move it with what it knew before.
 ///
-/// Each call is one etcd round trip (two to take a URL), on delivery's store queue: a URL asks before each batch it
-/// sends, and saves its cursor before and after.
+/// Each call is one etcd round trip (two to take a URL), on delivery's store queue: a URL saves its cursor before
+/// and after each batch, and asks once a second.
 final class ClusterWebhookCursors: WebhookCursorStore {
     private let client: EtcdClient
     private let prefix: String
     /// The node's incarnation while it may serve; `nil` outside its window (it then delivers nothing).
     private let incarnation: @Sendable () -> ClusterKeys.Incarnation?
+    /// The owner key's create revision when this node last took or found it holding each URL: its saves hold only
+    /// while the key is still that one.
+    private let terms = Mutex<[String: Int64]>([:])
 
     init(settings: ClusterSettings, incarnation: @escaping @Sendable () -> ClusterKeys.Incarnation?) {
         client = EtcdClient(
@@ -34,23 +39,32 @@ final class ClusterWebhookCursors: WebhookCursorStore {
 
     /// The owner key's create revision as the term while this node holds it (taking it if it is absent): a key
     /// taken anew (over, or back after another node held it) has a new one. The holder is the key's value, the
-    /// holding node's incarnation.
+    /// holding node's incarnation, named even while this node is outside its window.
     func deliveryRight(for url: String) -> DeliveryRight {
-        guard let me = incarnation() else { return .unknown }
+        let me = incarnation()
         let owner = ownerKey(url)
         do {
             if let held = try client.range(owner).kvs.first {
-                let mine = held.value == me.description
-                return DeliveryRight(term: mine ? UInt64(max(0, held.createRevision)) : nil, holder: held.value)
+                guard let me, held.value == me.description else { return DeliveryRight(term: nil, holder: held.value) }
+                return granted(held.createRevision, for: url, to: me)
             }
+            guard let me else { return .unknown }
             let taken = try client.txn(
                 compare: [.absent(owner)], success: [.put(key: owner, value: me.description, lease: me.lease)])
-            // Taken by another node in between: who, the next ask reads.
-            return taken.succeeded
-                ? DeliveryRight(term: UInt64(max(0, taken.revision)), holder: me.description) : .unknown
+            if taken.succeeded { return granted(taken.revision, for: url, to: me) }
+            // Taken by another node in between: which one.
+            return DeliveryRight(term: nil, holder: try client.range(owner).kvs.first?.value)
         } catch {
             return .unknown  // etcd cannot say: deliver nothing rather than risk two nodes at once
         }
+    }
+
+    /// This node holds `url` under the owner key created at `revision`: the term its saves are fenced with.
+    private func granted(
+        _ revision: Int64, for url: String, to me: ClusterKeys.Incarnation
+    ) -> DeliveryRight {
+        terms.withLock { $0[url] = revision }
+        return DeliveryRight(term: UInt64(max(0, revision)), holder: me.description)
     }
 
     func cursor(for url: String) throws -> WebhookCursor? {
@@ -61,20 +75,28 @@ final class ClusterWebhookCursors: WebhookCursorStore {
         return cursor
     }
 
-    /// Saves `cursor` if this node still holds the URL; else, or if etcd cannot say, throws
-    /// ``WebhookDeliveryFenced``: a batch whose bounds were not saved is not sent (the next holder would not know
-    /// to send it again under the same id).
+    /// Saves `cursor` if this node still holds the URL as it last took it (the same owner key: a key taken back
+    /// since has another create revision, and another holder may have moved the cursor meanwhile); else, or if etcd
+    /// cannot say, throws ``WebhookDeliveryFenced``: a batch whose bounds were not saved is not sent (the next holder
+    /// would not know to send it again under the same id).
     func save(_ cursor: WebhookCursor, for url: String) throws {
         guard let me = incarnation() else { throw WebhookDeliveryFenced("this node is outside its window") }
+        guard let term = terms.withLock({ $0[url] }) else { throw WebhookDeliveryFenced("this node never took \(url)") }
         let saved: EtcdTxnResult
         do {
+            let owner = ownerKey(url)
             saved = try client.txn(
-                compare: [EtcdCompare(key: ownerKey(url), .equal, .value(me.description))],
+                compare: [
+                    EtcdCompare(key: owner, .equal, .value(me.description)),
+                    EtcdCompare(key: owner, .equal, .createRevision(term)),
+                ],
                 success: [.put(key: cursorKey(url), value: Self.encode(cursor), lease: 0)])
         } catch {
             throw WebhookDeliveryFenced("etcd did not take the cursor: \(error)")
         }
-        guard saved.succeeded else { throw WebhookDeliveryFenced("another node delivers \(url) now") }
+        guard saved.succeeded else {
+            throw WebhookDeliveryFenced("another node delivers \(url) now, or this node took it anew since")
+        }
     }
 
     /// `acknowledged;unacknowledgedThrough;unacknowledgedSince`, the last two empty when absent.

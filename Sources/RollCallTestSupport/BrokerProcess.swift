@@ -49,7 +49,7 @@ public final class BrokerProcess {
         startLog = log
         command = try endpoint("command")
         update = try endpoint("update")
-        http = wantsHTTP ? try endpoint("http", "[0-9.]+:[0-9]+") : nil
+        http = wantsHTTP ? try endpoint("http", "[^\\s]+") : nil  // HOST:PORT as given, [::1]:PORT included
     }
 
     /// CPU seconds the broker has used so far (user + system).

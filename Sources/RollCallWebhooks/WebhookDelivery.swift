@@ -185,7 +185,20 @@ public final class WebhookDelivery: Service, Sendable {
         /// The trimmed offset last reported: each gap is reported once.
         var reportedTrim: UInt64 = 0
         var nextTrimCheck = ContinuousClock.now
+        /// When to ask the store again whether this broker still delivers the URL: a second after the last ask.
+        var nextRightCheck = ContinuousClock.now + .seconds(1)
         while !isStopping {
+            // Once a second, busy or idle: the status page names the holder as the store says, and a URL taken over
+            // meanwhile stops here (a batch's save is fenced too, but a retry saves nothing).
+            if ContinuousClock.now >= nextRightCheck {
+                nextRightCheck = .now + .seconds(1)
+                let right = await deliveryRight(url)
+                url.update { $0.holder = right.holder }
+                guard right.term == term else {
+                    logger.notice("webhook: this node no longer delivers the URL as it did; starting from its cursor")
+                    return
+                }
+            }
             // Before the read: entries trimmed after the last one read were never read (a trim after the read is
             // seen by the next check, past what was read by then).
             if url.stream == .changes, ContinuousClock.now >= nextTrimCheck {
@@ -222,11 +235,6 @@ public final class WebhookDelivery: Service, Sendable {
                 let deadline = min(until ?? .now + poll, .now + poll)
                 await url.wake.wait(until: deadline)
             case .send(let batch, var save):
-                // Taken over since (or lost and taken back): the cursor is the last holder's now.
-                guard await deliveryRight(url).term == term else {
-                    logger.notice("webhook: this node no longer delivers the URL as it did; starting from its cursor")
-                    return
-                }
                 // A batch sent for the first time: its retry window starts now, on the wall clock, across restarts.
                 if save?.unacknowledgedThrough != nil, save?.unacknowledgedSince == nil {
                     save?.unacknowledgedSince = unixSeconds()

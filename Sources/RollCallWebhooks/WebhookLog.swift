@@ -53,9 +53,10 @@ public protocol WebhookCursorStore: Sendable {
     func save(_ cursor: WebhookCursor, for url: String) throws
     /// Whether this broker delivers `url` now, and which node does. A node of a cluster delivers a URL only while it
     /// holds the URL in etcd (docs/webhooks.md, "On a cluster"): the others wait, and one that takes the URL (over,
-    /// or back) starts from the cursor the last holder saved. Asked before each batch is sent, and once a second
-    /// while this broker does not deliver the URL; a `save` that throws ``WebhookDeliveryFenced`` before a batch keeps
-    /// the batch from being sent.
+    /// or back) starts from the cursor the last holder saved. Asked once a second, whether this broker delivers the
+    /// URL or not. A store that may refuse must fence its saves itself: a `save` that throws
+    /// ``WebhookDeliveryFenced`` before a batch keeps the batch from being sent, and stops delivery until this asks
+    /// again.
     func deliveryRight(for url: String) -> DeliveryRight
 }
 

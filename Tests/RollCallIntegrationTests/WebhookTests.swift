@@ -93,6 +93,13 @@ extension Integration {
             return (path, secret)
         }
 
+        /// The `webhooks` rows of `/api/status` on the operations endpoint at `port`.
+        static func statusRows(port: Int) throws -> [[String: Any]] {
+            let body = try httpGet(port: port, "/api/status").body
+            let status = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]
+            return status?["webhooks"] as? [[String: Any]] ?? []
+        }
+
         /// A broker killed with kill -9 while its URL answers 503 delivers, once restarted on its data directory,
         /// every transition of the log in offset order; the first batch after the restart has the id it had before.
         @Test func killNineWithUndeliveredEvents() async throws {
@@ -155,11 +162,7 @@ extension Integration {
                 let endpoints = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
                 let port = try #require(Int((endpoints["http"] as? String)?.split(separator: ":").last ?? ""))
                 let client = try CommandClient(endpoint: try #require(endpoints["command"] as? String))
-                func hook() throws -> [String: Any]? {
-                    let body = try httpGet(port: port, "/api/status").body
-                    let status = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]
-                    return (status?["webhooks"] as? [[String: Any]])?.first
-                }
+                func hook() throws -> [String: Any]? { try Self.statusRows(port: port).first }
                 func deliveries(_ result: String) throws -> Double {
                     let samples = try parsePrometheus(httpGet(port: port, "/metrics").body)
                     let labels = #"url="\#(url)",type="presence.changed",result="\#(result)""#
@@ -176,6 +179,8 @@ extension Integration {
                 #expect(failing["type"] as? String == "presence.changed")
                 #expect(failing["last_error"] as? String == "HTTP 503")
                 #expect(failing["delivered_batches"] as? Int == 0)
+                #expect(failing["delivering"] as? Bool == true, "a single broker delivers every URL")
+                #expect(failing["holder"] is NSNull, "a single broker names no holder")
                 #expect(try deliveries("http_error") >= 1)
                 #expect(try deliveries("ok") == 0)
 

@@ -162,8 +162,8 @@ import Testing
     }
 
     /// A broker that may not deliver a URL (another node of a cluster holds it) sends nothing, asking again once a
-    /// second; once it may, it starts from the cursor the store holds then (the last holder's); and it stops before
-    /// its next batch once it may no longer.
+    /// second; once it may, it starts from the cursor the store holds then (the last holder's); and once it may no
+    /// longer, it notices within a second, idle as it is, and says who delivers.
     @Test func deliversOnlyWhileTheStoreLetsIt() async throws {
         let receiver = Receiver(secret: Self.secret)
         let log = ArrayLog(1...5)
@@ -185,11 +185,17 @@ import Testing
                     receiver.acknowledgedOffsets == [4, 5]
                 }
                 #expect(delivery.states.first?.holder == "this node")
+                // Taken over while idle: the once-a-second ask notices, with nothing to send.
                 cursors.allowed.store(false, ordering: .relaxed)
-                log.append(6...7)
-                delivery.notify()
                 try await waitUntil("the delivery given up", within: .seconds(10)) {
                     delivery.states.first?.delivering == false
+                }
+                #expect(delivery.states.first?.holder == "another node")
+                let asked = cursors.asked.load(ordering: .relaxed)
+                log.append(6...7)
+                delivery.notify()
+                try await waitUntil("asked again since", within: .seconds(10)) {
+                    cursors.asked.load(ordering: .relaxed) > asked
                 }
             }
         }
@@ -256,6 +262,8 @@ import Testing
 final class GatedCursors: WebhookCursorStore {
     let allowed = Atomic<Bool>(false)
     let term = Atomic<UInt64>(1)
+    /// The term last granted to the delivery.
+    private let granted = Atomic<UInt64>(0)
     let asked = Atomic<Int>(0)
     let fenced = Atomic<Bool>(false)
     let fencedSaves = Atomic<Int>(0)
@@ -264,7 +272,11 @@ final class GatedCursors: WebhookCursorStore {
     func cursor(for url: String) -> WebhookCursor? { store.cursor(for: url) }
 
     func save(_ cursor: WebhookCursor, for url: String) throws {
-        if fenced.load(ordering: .relaxed) {
+        // Fenced as a cluster's store is: refused while the test says so, while another holder has the URL, or once
+        // the term changed since it was granted (the URL taken anew: another holder may have moved the cursor).
+        if fenced.load(ordering: .relaxed) || !allowed.load(ordering: .relaxed)
+            || granted.load(ordering: .relaxed) != term.load(ordering: .relaxed)
+        {
             fencedSaves.add(1, ordering: .relaxed)
             throw WebhookDeliveryFenced("fenced in the test")
         }
@@ -276,8 +288,9 @@ final class GatedCursors: WebhookCursorStore {
 
     func deliveryRight(for url: String) -> DeliveryRight {
         asked.add(1, ordering: .relaxed)
-        return allowed.load(ordering: .relaxed)
-            ? DeliveryRight(term: term.load(ordering: .relaxed), holder: "this node")
-            : DeliveryRight(term: nil, holder: "another node")
+        guard allowed.load(ordering: .relaxed) else { return DeliveryRight(term: nil, holder: "another node") }
+        let term = term.load(ordering: .relaxed)
+        granted.store(term, ordering: .relaxed)
+        return DeliveryRight(term: term, holder: "this node")
     }
 }
