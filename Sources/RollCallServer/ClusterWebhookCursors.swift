@@ -39,16 +39,16 @@ final class ClusterWebhookCursors: WebhookCursorStore {
 
     /// The owner key's create revision as the term while this node holds it (taking it if it is absent): a key
     /// taken anew (over, or back after another node held it) has a new one. The holder is the key's value, the
-    /// holding node's incarnation, named even while this node is outside its window.
+    /// holding node's incarnation. Outside its window the node asks etcd nothing (it cannot say who delivers): so
+    /// that delivery made before the node starts, and a node cut off from etcd, wait on nothing.
     func deliveryRight(for url: String) -> DeliveryRight {
-        let me = incarnation()
+        guard let me = incarnation() else { return .unknown }
         let owner = ownerKey(url)
         do {
             if let held = try client.range(owner).kvs.first {
-                guard let me, held.value == me.description else { return DeliveryRight(term: nil, holder: held.value) }
+                guard held.value == me.description else { return DeliveryRight(term: nil, holder: held.value) }
                 return granted(held.createRevision, for: url, to: me)
             }
-            guard let me else { return .unknown }
             let taken = try client.txn(
                 compare: [.absent(owner)], success: [.put(key: owner, value: me.description, lease: me.lease)])
             if taken.succeeded { return granted(taken.revision, for: url, to: me) }
