@@ -187,6 +187,10 @@ public final class WebhookDelivery: Service, Sendable {
         var nextTrimCheck = ContinuousClock.now
         /// When to ask the store again whether this broker still delivers the URL: a second after the last ask.
         var nextRightCheck = ContinuousClock.now + .seconds(1)
+        /// An acknowledgement not saved yet. While a backlog lasts it goes with the next batch's bounds (one save a
+        /// batch, not two: an etcd write on a cluster); it is saved alone before a wait, a retry or the stop. A crash
+        /// in between sends the acknowledged batch again under its id: a duplicate, never a loss.
+        var unsaved: WebhookCursor?
         while !isStopping {
             // Once a second, busy or idle: the status page names the holder as the store says, and a URL taken over
             // meanwhile stops here (a batch's save is fenced too, but a retry saves nothing).
@@ -196,6 +200,7 @@ public final class WebhookDelivery: Service, Sendable {
                 url.update { $0.holder = right.holder }
                 guard right.term == term else {
                     logger.notice("webhook: this node no longer delivers the URL as it did; starting from its cursor")
+                    if let unsaved { _ = await save(unsaved, url, logger: logger) }  // refused if another holds it
                     return
                 }
             }
@@ -230,7 +235,15 @@ public final class WebhookDelivery: Service, Sendable {
                     url.update { $0.pending = pending }
                 }
             }
-            switch machine.next(now: .now) {
+            let next = machine.next(now: .now)
+            if let pending = unsaved {
+                // The next batch's bounds carry the acknowledgement; anything else saves it now.
+                var carried = false
+                if case .send(_, let save?) = next { carried = save.acknowledged == pending.acknowledged }
+                if !carried, await !self.save(pending, url, logger: logger) { return }
+                unsaved = nil
+            }
+            switch next {
             case .wait(let until):
                 let deadline = min(until ?? .now + poll, .now + poll)
                 await url.wake.wait(until: deadline)
@@ -244,7 +257,7 @@ public final class WebhookDelivery: Service, Sendable {
                 url.metrics.count(result)
                 if result == .ok {
                     let saved = machine.acknowledged(now: .now)
-                    guard await self.save(saved, url, logger: logger) else { return }
+                    unsaved = saved
                     url.update {
                         $0.acknowledged = saved.acknowledged
                         $0.deliveredBatches += 1
@@ -281,6 +294,8 @@ public final class WebhookDelivery: Service, Sendable {
                 }
             }
         }
+        // Stopping: the last acknowledgement is kept.
+        if let unsaved { _ = await save(unsaved, url, logger: logger) }
     }
 
     /// Retention trimmed entries after `after` that the URL had not been sent: they are gone (the log keeps each

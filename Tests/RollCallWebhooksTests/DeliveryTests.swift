@@ -161,6 +161,26 @@ import Testing
         }
     }
 
+    /// While a backlog lasts, a batch's acknowledgement goes with the next batch's bounds: one save a batch (an etcd
+    /// write on a cluster), not two; the last acknowledgement is saved alone once there is nothing more to send.
+    @Test func aBacklogSavesOnceABatch() async throws {
+        let receiver = Receiver(secret: Self.secret)
+        let log = ArrayLog(1...30)
+        let cursors = RecordingCursors()
+        try await receiver.serve { url in
+            cursors.store.save(WebhookCursor(acknowledged: 0), for: url)
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors, batchMax: 10) { _ in
+                try await waitUntil("30 acknowledged and saved", within: .seconds(10)) {
+                    cursors.store.cursor(for: url) == WebhookCursor(acknowledged: 30)
+                }
+            }
+        }
+        #expect(receiver.acknowledgedOffsets == Array(1...30))
+        let saved = cursors.saved.withLock { $0 }
+        #expect(saved.map(\.acknowledged) == [0, 10, 20, 30], "each batch's bounds carry the last acknowledgement")
+        #expect(saved.map(\.unacknowledgedThrough) == [10, 20, 30, nil])
+    }
+
     /// A broker that may not deliver a URL (another node of a cluster holds it) sends nothing, asking again once a
     /// second; once it may, it starts from the cursor the store holds then (the last holder's); and once it may no
     /// longer, it notices within a second, idle as it is, and says who delivers.
@@ -292,5 +312,18 @@ final class GatedCursors: WebhookCursorStore {
         let term = term.load(ordering: .relaxed)
         granted.store(term, ordering: .relaxed)
         return DeliveryRight(term: term, holder: "this node")
+    }
+}
+
+/// A single broker's cursors, with every save recorded in order.
+final class RecordingCursors: WebhookCursorStore {
+    let store = MemoryCursorStore()
+    let saved = Mutex<[WebhookCursor]>([])
+
+    func cursor(for url: String) -> WebhookCursor? { store.cursor(for: url) }
+
+    func save(_ cursor: WebhookCursor, for url: String) {
+        saved.withLock { $0.append(cursor) }
+        store.save(cursor, for: url)
     }
 }
