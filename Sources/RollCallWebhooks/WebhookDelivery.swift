@@ -188,8 +188,9 @@ public final class WebhookDelivery: Service, Sendable {
         /// When to ask the store again whether this broker still delivers the URL: a second after the last ask.
         var nextRightCheck = ContinuousClock.now + .seconds(1)
         /// An acknowledgement not saved yet. While a backlog lasts it goes with the next batch's bounds (one save a
-        /// batch, not two: an etcd write on a cluster); it is saved alone before a wait, a retry or the stop. A crash
-        /// in between sends the acknowledged batch again under its id: a duplicate, never a loss.
+        /// batch, not two: an etcd write on a cluster); it is saved alone before a wait or the stop. A crash in
+        /// between, or the URL lost meanwhile, sends the acknowledged batch again under its id: a duplicate, never a
+        /// loss.
         var unsaved: WebhookCursor?
         while !isStopping {
             // Once a second, busy or idle: the status page names the holder as the store says, and a URL taken over
@@ -199,8 +200,9 @@ public final class WebhookDelivery: Service, Sendable {
                 let right = await deliveryRight(url)
                 url.update { $0.holder = right.holder }
                 guard right.term == term else {
+                    // An acknowledgement not saved yet is dropped: under a term taken since, another holder may have
+                    // moved the cursor past it (the batch may come again, under its id).
                     logger.notice("webhook: this node no longer delivers the URL as it did; starting from its cursor")
-                    if let unsaved { _ = await save(unsaved, url, logger: logger) }  // refused if another holds it
                     return
                 }
             }

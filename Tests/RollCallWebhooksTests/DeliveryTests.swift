@@ -181,6 +181,27 @@ import Testing
         #expect(saved.map(\.unacknowledgedThrough) == [10, 20, 30, nil])
     }
 
+    /// A URL taken anew while a batch was in flight: the batch's acknowledgement, not saved yet, is not saved under
+    /// the new term, where another holder may have moved the cursor past it meanwhile.
+    @Test func anAcknowledgementIsNotSavedUnderATermTakenSince() async throws {
+        let receiver = Receiver(secret: Self.secret, delay: .milliseconds(1_500))  // the ask is due when it answers
+        let log = ArrayLog(1...3)
+        let cursors = GatedCursors()
+        cursors.allowed.store(true, ordering: .relaxed)
+        try await receiver.serve { url in
+            cursors.set(WebhookCursor(acknowledged: 0), for: url)
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
+                try await waitUntil("the first POST", within: .seconds(10)) { !receiver.deliveries.isEmpty }
+                cursors.term.store(2, ordering: .relaxed)
+                cursors.set(WebhookCursor(acknowledged: 10), for: url)  // the other holder went through 10
+                try await waitUntil("started again from the other holder's cursor", within: .seconds(10)) {
+                    receiver.acknowledgedOffsets == [1, 2, 3] && delivery.states.first?.acknowledged == 10
+                }
+            }
+            #expect(cursors.cursor(for: url) == WebhookCursor(acknowledged: 10))
+        }
+    }
+
     /// A broker that may not deliver a URL (another node of a cluster holds it) sends nothing, asking again once a
     /// second; once it may, it starts from the cursor the store holds then (the last holder's); and once it may no
     /// longer, it notices within a second, idle as it is, and says who delivers.
