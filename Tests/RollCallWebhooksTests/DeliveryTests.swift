@@ -185,20 +185,26 @@ import Testing
     /// the new term, where another holder may have moved the cursor past it meanwhile.
     @Test func anAcknowledgementIsNotSavedUnderATermTakenSince() async throws {
         let receiver = Receiver(secret: Self.secret, delay: .milliseconds(1_500))  // the ask is due when it answers
-        let log = ArrayLog(1...3)
+        try await Self.withHeldURL(receiver, log: ArrayLog(1...3)) { url, cursors, delivery in
+            try await waitUntil("the first POST", within: .seconds(10)) { !receiver.deliveries.isEmpty }
+            cursors.term.store(2, ordering: .relaxed)
+            cursors.set(WebhookCursor(acknowledged: 10), for: url)  // the other holder went through 10
+            try await waitUntil("started again from the other holder's cursor", within: .seconds(10)) {
+                receiver.acknowledgedOffsets == [1, 2, 3] && delivery.states.first?.acknowledged == 10
+            }
+            #expect(cursors.cursor(for: url) == WebhookCursor(acknowledged: 10))
+        }
+    }
+
+    /// `body` with a delivery to `receiver` of `log`, from cursor 0, which its store lets deliver (term 1).
+    static func withHeldURL(
+        _ receiver: Receiver, log: ArrayLog, _ body: (String, GatedCursors, WebhookDelivery) async throws -> Void
+    ) async throws {
         let cursors = GatedCursors()
         cursors.allowed.store(true, ordering: .relaxed)
         try await receiver.serve { url in
             cursors.set(WebhookCursor(acknowledged: 0), for: url)
-            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
-                try await waitUntil("the first POST", within: .seconds(10)) { !receiver.deliveries.isEmpty }
-                cursors.term.store(2, ordering: .relaxed)
-                cursors.set(WebhookCursor(acknowledged: 10), for: url)  // the other holder went through 10
-                try await waitUntil("started again from the other holder's cursor", within: .seconds(10)) {
-                    receiver.acknowledgedOffsets == [1, 2, 3] && delivery.states.first?.acknowledged == 10
-                }
-            }
-            #expect(cursors.cursor(for: url) == WebhookCursor(acknowledged: 10))
+            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { try await body(url, cursors, $0) }
         }
     }
 
@@ -250,29 +256,24 @@ import Testing
     @Test func aNewTermStartsFromTheStoresCursorAndAFencedBatchIsNotSent() async throws {
         let receiver = Receiver(secret: Self.secret)
         let log = ArrayLog(1...3)
-        let cursors = GatedCursors()
-        cursors.allowed.store(true, ordering: .relaxed)
-        try await receiver.serve { url in
-            cursors.set(WebhookCursor(acknowledged: 0), for: url)
-            try await Self.withDelivery(urls: [url], log: log, cursors: cursors) { delivery in
-                try await waitUntil("1 to 3 delivered", within: .seconds(10)) {
-                    receiver.acknowledgedOffsets.count == 3
-                }
-                // Its own save of 3 first: the other holder's cursor must come after it.
-                try await waitUntil("3 saved", within: .seconds(10)) { cursors.cursor(for: url)?.acknowledged == 3 }
-                cursors.term.store(2, ordering: .relaxed)
-                cursors.set(WebhookCursor(acknowledged: 10), for: url)  // the other holder went through 10
-                log.append(4...12)
-                delivery.notify()
-                try await waitUntil("11 and 12 delivered", within: .seconds(10)) {
-                    receiver.acknowledgedOffsets.last == 12
-                }
-                cursors.fenced.store(true, ordering: .relaxed)
-                log.append(13...13)
-                delivery.notify()
-                try await waitUntil("a fenced save", within: .seconds(10)) {
-                    cursors.fencedSaves.load(ordering: .relaxed) >= 1
-                }
+        try await Self.withHeldURL(receiver, log: log) { url, cursors, delivery in
+            try await waitUntil("1 to 3 delivered", within: .seconds(10)) {
+                receiver.acknowledgedOffsets.count == 3
+            }
+            // Its own save of 3 first: the other holder's cursor must come after it.
+            try await waitUntil("3 saved", within: .seconds(10)) { cursors.cursor(for: url)?.acknowledged == 3 }
+            cursors.term.store(2, ordering: .relaxed)
+            cursors.set(WebhookCursor(acknowledged: 10), for: url)  // the other holder went through 10
+            log.append(4...12)
+            delivery.notify()
+            try await waitUntil("11 and 12 delivered", within: .seconds(10)) {
+                receiver.acknowledgedOffsets.last == 12
+            }
+            cursors.fenced.store(true, ordering: .relaxed)
+            log.append(13...13)
+            delivery.notify()
+            try await waitUntil("a fenced save", within: .seconds(10)) {
+                cursors.fencedSaves.load(ordering: .relaxed) >= 1
             }
         }
         #expect(receiver.acknowledgedOffsets == [1, 2, 3, 11, 12])
