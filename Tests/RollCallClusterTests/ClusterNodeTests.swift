@@ -339,6 +339,18 @@ extension EtcdBacked {
             try await set.b.recorder.wait(for: what) { Self.s1Rewritten($0, after: set.first) != nil }
         }
 
+        /// Runs `scenario`, and once more if a member did not answer a request the relay held: etcd drops a request
+        /// whose deadline passed while it was held (seen under load in CI), and then nothing shows what a late copy
+        /// would do. Any other failure, and a second miss, fail the test.
+        func onceMoreIfNotAnswered(_ scenario: () async throws -> Void) async throws {
+            do {
+                try await scenario()
+            } catch let failure as ClusterTestFailure where failure.description.contains("did not answer the held") {
+                print("ClusterNodeTests: \(failure); the scenario once more")
+                try await scenario()
+            }
+        }
+
         /// The values of every session key in etcd.
         func sessionValues(_ cluster: EtcdCluster) throws -> [String] {
             try cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true).kvs.map(\.value).sorted()
@@ -349,31 +361,33 @@ extension EtcdBacked {
         /// bug 2). The member is reached through a relay that holds the put until the session has ended.
         @Test func aLateCopyOfAWriteChangesNothing() async throws {
             // A 30 s lease: no keep-alive is due for 10 s, so the put is node a's first call after the hold.
-            try await withRelayed([0], leaseMs: 30_000) { set in
-                let relay = set.relays[0]!
-                relay.hold()
-                set.a.node.write(.putSession(id: "s1", value: "ann, busy", user: nil))
-                try await set.b.recorder.wait(for: "s1 busy, sent again to member 1") {
-                    if case .sessionPut(let key, "ann, busy", _) = $0 { key.id == "s1" } else { false }
-                }
-                set.a.node.write(.endSession(id: "s1", user: nil))
-                try await set.b.recorder.wait(for: "s1's end") {
-                    if case .sessionEnded(let key, .ended, _) = $0 { key.id == "s1" } else { false }
-                }
-                relay.release()
-                guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
-                    throw ClusterTestFailure("member 0 did not answer the held put within 10 s")
-                }
-                try await writeS2AndWait(set)
+            try await onceMoreIfNotAnswered {
+                try await withRelayed([0], leaseMs: 30_000) { set in
+                    let relay = set.relays[0]!
+                    relay.hold()
+                    set.a.node.write(.putSession(id: "s1", value: "ann, busy", user: nil))
+                    try await set.b.recorder.wait(for: "s1 busy, sent again to member 1") {
+                        if case .sessionPut(let key, "ann, busy", _) = $0 { key.id == "s1" } else { false }
+                    }
+                    set.a.node.write(.endSession(id: "s1", user: nil))
+                    try await set.b.recorder.wait(for: "s1's end") {
+                        if case .sessionEnded(let key, .ended, _) = $0 { key.id == "s1" } else { false }
+                    }
+                    relay.release()
+                    guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                        throw ClusterTestFailure("member 0 did not answer the held put within 10 s")
+                    }
+                    try await writeS2AndWait(set)
 
-                #expect(try sessionValues(set.cluster) == ["bob"])
-                let changes = set.b.recorder.changes.map(\.change)
-                let end = try #require(
-                    changes.firstIndex {
-                        if case .sessionEnded(let key, _, _) = $0 { key.id == "s1" } else { false }
-                    })
-                #expect(!changes[(end + 1)...].contains { isSession("s1", $0) }, "s1 back after its end on node b")
-                #expect(set.a.recorder.failedWrites.isEmpty)
+                    #expect(try sessionValues(set.cluster) == ["bob"])
+                    let changes = set.b.recorder.changes.map(\.change)
+                    let end = try #require(
+                        changes.firstIndex {
+                            if case .sessionEnded(let key, _, _) = $0 { key.id == "s1" } else { false }
+                        })
+                    #expect(!changes[(end + 1)...].contains { isSession("s1", $0) }, "s1 back after its end on node b")
+                    #expect(set.a.recorder.failedWrites.isEmpty)
+                }
             }
         }
 
@@ -382,26 +396,28 @@ extension EtcdBacked {
         /// until one of those sessions has ended does not bring it back. The member is reached through a relay that
         /// holds the first of node a's requests that writes a session after the revocation: the join.
         @Test func aLateCopyOfAJoinChangesNothing() async throws {
-            try await withRelayed([0]) { set in
-                let relay = set.relays[0]!
-                relay.hold(matching: Self.nodeASessionKeys)
-                try await revokeAndAwaitRejoin(set, "s1 written again by node a's join, sent again to member 1")
-                set.a.node.write(.endSession(id: "s1", user: nil))
-                try await set.b.recorder.wait(for: "s1's end under the new lease") {
-                    if case .sessionEnded(let key, .ended, _) = $0 {
-                        key.id == "s1" && key.incarnation != set.first
-                    } else {
-                        false
+            try await onceMoreIfNotAnswered {
+                try await withRelayed([0]) { set in
+                    let relay = set.relays[0]!
+                    relay.hold(matching: Self.nodeASessionKeys)
+                    try await revokeAndAwaitRejoin(set, "s1 written again by node a's join, sent again to member 1")
+                    set.a.node.write(.endSession(id: "s1", user: nil))
+                    try await set.b.recorder.wait(for: "s1's end under the new lease") {
+                        if case .sessionEnded(let key, .ended, _) = $0 {
+                            key.id == "s1" && key.incarnation != set.first
+                        } else {
+                            false
+                        }
                     }
-                }
-                relay.release()
-                guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
-                    throw ClusterTestFailure("member 0 did not answer the held join within 10 s")
-                }
-                try await writeS2AndWait(set)
+                    relay.release()
+                    guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                        throw ClusterTestFailure("member 0 did not answer the held join within 10 s")
+                    }
+                    try await writeS2AndWait(set)
 
-                #expect(try sessionValues(set.cluster) == ["bob"])
-                #expect(set.a.recorder.failedWrites.isEmpty)
+                    #expect(try sessionValues(set.cluster) == ["bob"])
+                    #expect(set.a.recorder.failedWrites.isEmpty)
+                }
             }
         }
 
@@ -410,26 +426,28 @@ extension EtcdBacked {
         /// first request that writes a session after its lease was revoked: the join under its second lease.
         @Test func aFailedJoinCarriedOutLaterShowsNothing() async throws {
             // A 9 s lease: the second lease outlives the test, so that only its revocation can hide the late join.
-            try await withRelayed([0, 1, 2], leaseMs: 9_000) { set in
-                let relays = set.relays.sorted { $0.key < $1.key }.map(\.value)
-                for relay in relays { relay.hold(matching: Self.nodeASessionKeys, connections: 1) }
-                // The second lease's join is held by all three; the third lease's goes through.
-                try await revokeAndAwaitRejoin(set, "s1 written again by node a's join under its third lease")
-                for relay in relays { relay.release() }
-                for (index, relay) in relays.enumerated() {
-                    guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
-                        throw ClusterTestFailure("member \(index) did not answer the held join within 10 s")
+            try await onceMoreIfNotAnswered {
+                try await withRelayed([0, 1, 2], leaseMs: 9_000) { set in
+                    let relays = set.relays.sorted { $0.key < $1.key }.map(\.value)
+                    for relay in relays { relay.hold(matching: Self.nodeASessionKeys, connections: 1) }
+                    // The second lease's join is held by all three; the third lease's goes through.
+                    try await revokeAndAwaitRejoin(set, "s1 written again by node a's join under its third lease")
+                    for relay in relays { relay.release() }
+                    for (index, relay) in relays.enumerated() {
+                        guard relay.waitForLateAnswer(timeout: .seconds(10)) else {
+                            throw ClusterTestFailure("member \(index) did not answer the held join within 10 s")
+                        }
                     }
-                }
-                try await writeS2AndWait(set)
+                    try await writeS2AndWait(set)
 
-                // The incarnation node a is in now (it joins once more if a join's replay fails, as under load).
-                let joined = try #require(set.a.node.incarnation)
-                let sessions = try set.cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
-                let prefix = ClusterKeys().prefix + "sessions/\(joined)/"
-                #expect(sessions.kvs.map(\.value).sorted() == ["ann", "bob"])
-                #expect(sessions.kvs.allSatisfy { $0.key.hasPrefix(prefix) }, "\(sessions.kvs.map(\.key))")
-                #expect(set.a.recorder.failedWrites.isEmpty)
+                    // The incarnation node a is in now (it joins once more if a join's replay fails, as under load).
+                    let joined = try #require(set.a.node.incarnation)
+                    let sessions = try set.cluster.client().range(ClusterKeys().prefix + "sessions/", prefix: true)
+                    let prefix = ClusterKeys().prefix + "sessions/\(joined)/"
+                    #expect(sessions.kvs.map(\.value).sorted() == ["ann", "bob"])
+                    #expect(sessions.kvs.allSatisfy { $0.key.hasPrefix(prefix) }, "\(sessions.kvs.map(\.key))")
+                    #expect(set.a.recorder.failedWrites.isEmpty)
+                }
             }
         }
 
